@@ -1,0 +1,1 @@
+"""The course's own tooling: stub notebooks, check helpers and the grader."""

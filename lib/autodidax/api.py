@@ -1,0 +1,185 @@
+"""The user-facing transformations, with JAX's signatures.
+
+Each one flattens pytrees, checks its arguments (so mistakes get a message
+that says what to do), and calls the flat version from its interpreter module.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import lax
+from .ad import jvp_flat
+from .batching import move_batch_axis, not_mapped, vmap_flat
+from .core import Tracer, get_aval
+from .tree_util import (TreeMismatchError, broadcast_prefix, flatten_fun,
+                        tree_flatten, tree_unflatten)
+from .util import canonicalize_axis
+
+
+class TransformationError(ValueError):
+  """A transformation was called with arguments it can't use."""
+
+
+def _check_arrays(what: str, leaves):
+  for x in leaves:
+    get_aval(x)   # raises UnsupportedTypeError with advice
+
+
+# --- jvp ----------------------------------------------------------------------------------
+
+def jvp(fun, primals, tangents):
+  """Evaluate `fun(*primals)` and its directional derivative along `tangents`."""
+  if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
+    raise TransformationError(
+        "jvp: primals and tangents must be tuples (or lists) with one entry "
+        f"per argument of the function, e.g. jvp(f, (x,), (1.,)); got "
+        f"{type(primals).__name__} and {type(tangents).__name__}.")
+  primals_flat, in_tree = tree_flatten(tuple(primals))
+  tangents_flat, in_tree2 = tree_flatten(tuple(tangents))
+  if in_tree != in_tree2:
+    raise TreeMismatchError("jvp: primals and tangents", in_tree, in_tree2)
+  _check_arrays("jvp", primals_flat + tangents_flat)
+  tangents_flat = [_tangent_for(p, t) for p, t in zip(primals_flat, tangents_flat)]
+  flat_fun, out_tree = flatten_fun(fun, in_tree)
+  primals_out, tangents_out = jvp_flat(flat_fun, primals_flat, tangents_flat)
+  return (tree_unflatten(out_tree(), primals_out),
+          tree_unflatten(out_tree(), tangents_out))
+
+
+def _tangent_for(primal, tangent):
+  p, t = get_aval(primal), get_aval(tangent)
+  if p.shape != t.shape:
+    raise TransformationError(
+        f"jvp: each tangent must have its primal's shape; got primal "
+        f"{p.str_short()} with tangent {t.str_short()}.")
+  if (type(tangent) in (bool, int, float) and np.issubdtype(p.dtype, np.inexact)
+      and t.dtype != p.dtype):
+    return p.dtype.type(tangent)   # a Python scalar takes the primal's dtype
+  return tangent
+
+
+# --- vmap ---------------------------------------------------------------------------------
+
+def vmap(fun, in_axes=0, out_axes=0):
+  """Vectorize `fun` over the axes `in_axes` of its arguments.
+
+  `in_axes` is an int, None (don't map), or a tuple with one entry per
+  positional argument, each itself an int/None or a pytree prefix of it.
+  """
+  def batched_fun(*args):
+    axes = tuple(in_axes) if isinstance(in_axes, list) else in_axes
+    if isinstance(axes, tuple) and len(axes) != len(args):
+      raise TransformationError(
+          f"vmap: in_axes={in_axes!r} has {len(axes)} entries but the function "
+          f"was called with {len(args)} positional arguments; give one entry "
+          "per argument (or a single int/None for all of them).")
+    if not isinstance(axes, tuple):
+      axes = (axes,) * len(args)
+    args_flat, in_tree = tree_flatten(args)
+    try:
+      axes_flat = broadcast_prefix(axes, args, "vmap in_axes")
+    except ValueError as e:
+      raise TransformationError(str(e)) from None
+    _check_arrays("vmap", args_flat)
+    axes_flat = [_check_axis(x, ax, i) for i, (x, ax) in enumerate(zip(args_flat, axes_flat))]
+    _check_sizes(args_flat, axes_flat)
+    flat_fun, out_tree = flatten_fun(fun, in_tree)
+    vals_out, bdims_out, size = vmap_flat(flat_fun, axes_flat, *args_flat)
+    out_tree = out_tree()
+    try:
+      out_axes_flat = broadcast_prefix(out_axes, tree_unflatten(out_tree, vals_out),
+                                       "vmap out_axes")
+    except ValueError as e:
+      raise TransformationError(str(e)) from None
+    outs = [_move_out(size, v, bd, ax) for v, bd, ax in zip(vals_out, bdims_out, out_axes_flat)]
+    return tree_unflatten(out_tree, outs)
+  batched_fun.__name__ = f"vmap({getattr(fun, '__name__', 'fun')})"
+  return batched_fun
+
+
+def _check_axis(x, ax, i):
+  if ax is None:
+    return not_mapped
+  if not isinstance(ax, (int, np.integer)):
+    raise TransformationError(f"vmap: in_axes entries must be ints or None; got {ax!r}.")
+  nd = np.ndim(x)
+  if not -nd <= ax < nd:
+    raise TransformationError(
+        f"vmap: in_axes asks to map argument {i} (shape {np.shape(x)}) along "
+        f"axis {ax}, but it has only {nd} axes. Use None for arguments that "
+        "are not mapped.")
+  return canonicalize_axis(int(ax), nd)
+
+
+def _check_sizes(args_flat, axes_flat):
+  sizes = [(i, np.shape(x), ax, np.shape(x)[ax])
+           for i, (x, ax) in enumerate(zip(args_flat, axes_flat)) if ax is not not_mapped]
+  if not sizes:
+    raise TransformationError(
+        "vmap: no argument is mapped (in_axes are all None). Map at least one.")
+  if len({s for *_, s in sizes}) > 1:
+    lines = "\n".join(f"  argument {i} of shape {shp} has size {s} along axis {ax}"
+                      for i, shp, ax, s in sizes)
+    raise TransformationError(
+        f"vmap got inconsistent sizes for the mapped axis:\n{lines}\n"
+        "Every mapped argument must have the same size along its mapped axis.")
+
+
+def _move_out(size, val, bdim, out_axis):
+  if out_axis is None:
+    if bdim is not not_mapped:
+      raise TransformationError(
+          "vmap: out_axes=None for an output that varies across the batch. "
+          "Only outputs that don't depend on mapped inputs can be unmapped.")
+    return val
+  out_axis = canonicalize_axis(int(out_axis), np.ndim(val) + (bdim is not_mapped))
+  return move_batch_axis(size, bdim, out_axis, val)
+
+
+# --- jacfwd -------------------------------------------------------------------------------
+
+def jacfwd(fun, argnums=0):
+  """The Jacobian of `fun` by forward mode: one jvp per input direction, vmapped.
+
+  For input leaves x_j and output leaves y_i, the result holds arrays of shape
+  y_i.shape + x_j.shape, arranged as the output tree of input trees.
+  """
+  def jacfun(*args):
+    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+    dyn = args[nums[0]] if isinstance(argnums, int) else tuple(args[i] for i in nums)
+
+    def f_dyn(d):
+      full = list(args)
+      for i, v in zip(nums, (d,) if isinstance(argnums, int) else d):
+        full[i] = v
+      return fun(*full)
+
+    x_flat, x_tree = tree_flatten(dyn)
+    _check_arrays("jacfwd", x_flat)
+    columns = []   # per input leaf: the output tree, each leaf out.shape + (n_j,)
+    for j, x in enumerate(x_flat):
+      n = int(np.size(x))
+      dtype = np.result_type(x) if np.issubdtype(np.result_type(x), np.inexact) else np.float64
+
+      def pushfwd(v, j=j, x=x):
+        tangents = [np.zeros(np.shape(xk), dtype) for xk in x_flat]
+        tangents[j] = v.reshape(np.shape(x)) if isinstance(v, Tracer) else np.reshape(v, np.shape(x))
+        return jvp(f_dyn, (dyn,), (tree_unflatten(x_tree, tangents),))[1]
+
+      columns.append(vmap(pushfwd, out_axes=-1)(np.eye(n, dtype=dtype)))
+    out_flat_cols = [tree_flatten(c) for c in columns]
+    out_tree = out_flat_cols[0][1]
+    blocks = []
+    for i in range(out_tree.num_leaves):
+      per_input = []
+      for j, x in enumerate(x_flat):
+        col = out_flat_cols[j][0][i]
+        out_shape = np.shape(col)[:-1]
+        per_input.append(_reshape(col, out_shape + np.shape(x)))
+      blocks.append(tree_unflatten(x_tree, per_input))
+    return tree_unflatten(out_tree, blocks)
+  return jacfun
+
+
+def _reshape(x, shape):
+  return x if np.shape(x) == tuple(shape) else lax.reshape(x, shape)

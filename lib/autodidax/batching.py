@@ -1,0 +1,193 @@
+"""Vectorization: the batching interpreter behind `vmap`, and its rules.
+
+A BatchTracer carries a value with one extra axis, `batch_dim`, holding the
+batch; or `not_mapped` when the value is the same for every batch element.
+Batching rules take `(axis_size, vals_in, dims_in, **params)` and return
+`(out, out_dim)` (lists of them for multiple-result primitives).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import lax
+from .core import (RuleTable, ShapedArray, Trace, Tracer, full_lower, full_raise,
+                   get_aval, new_main)
+from .lax import (binary_primitives, broadcast_p, convert_element_type_p,
+                  reduce_max_p, reduce_sum_p, reshape_p, transpose_p,
+                  unary_primitives)
+from .util import unzip2
+
+
+class NotMapped:
+  def __repr__(self):
+    return "not_mapped"
+
+
+not_mapped = NotMapped()
+
+
+def mapped_aval(batch_dim: int, aval) -> ShapedArray:
+  shape = list(aval.shape)
+  del shape[batch_dim]
+  return ShapedArray(tuple(shape), aval.dtype)
+
+
+def moveaxis(x, src: int, dst: int):
+  """Move axis `src` of `x` to position `dst`, with a transpose primitive."""
+  perm = [i for i in range(np.ndim(x)) if i != src]
+  perm.insert(dst, src)
+  return lax.transpose(x, perm)
+
+
+def move_batch_axis(axis_size: int, src, dst: int, x):
+  """Put the batch axis of `x` at `dst`, materializing it if `x` is unmapped."""
+  if src is not_mapped:
+    shape = list(np.shape(x))
+    shape.insert(dst, axis_size)
+    return lax.broadcast(x, shape, [dst])
+  if src == dst:
+    return x
+  return moveaxis(x, src, dst)
+
+
+class BatchTracer(Tracer):
+  __slots__ = ["val", "batch_dim"]
+
+  def __init__(self, trace, val, batch_dim):
+    self._trace = trace
+    self.val = val
+    self.batch_dim = batch_dim
+
+  @property
+  def aval(self):
+    if self.batch_dim is not_mapped:
+      return get_aval(self.val)
+    return mapped_aval(self.batch_dim, get_aval(self.val))
+
+  def full_lower(self):
+    if self.batch_dim is not_mapped:   # the same for every element: unbox
+      return full_lower(self.val)
+    return self
+
+
+class BatchTrace(Trace):
+  def pure(self, val):
+    return BatchTracer(self, val, not_mapped)
+  lift = pure
+
+  @property
+  def axis_size(self) -> int:
+    return self.main.global_data
+
+  def process_primitive(self, primitive, tracers, params):
+    vals_in, bdims_in = unzip2((t.val, t.batch_dim) for t in tracers)
+    if all(d is not_mapped for d in bdims_in):
+      outs = primitive.bind(*vals_in, **params)
+      outs = outs if primitive.multiple_results else [outs]
+      return [BatchTracer(self, x, not_mapped) for x in outs]
+    vmap_rule = vmap_rules[primitive]
+    outs, bdims_out = vmap_rule(self.axis_size, vals_in, bdims_in, **params)
+    if not primitive.multiple_results:
+      outs, bdims_out = [outs], [bdims_out]
+    return [BatchTracer(self, x, bd) for x, bd in zip(outs, bdims_out)]
+
+
+vmap_rules = RuleTable(
+    "Batching", "Register one with `batching.vmap_rules[prim] = rule`.")
+
+
+def vmap_flat(f, in_axes, *args):
+  """vmap of `f` over flat lists; `in_axes[i]` is an int or `not_mapped`."""
+  sizes = {np.shape(x)[ax] for x, ax in zip(args, in_axes) if ax is not not_mapped}
+  assert len(sizes) == 1, "api.vmap checks sizes before calling vmap_flat"
+  axis_size, = sizes
+  with new_main(BatchTrace, axis_size) as main:
+    trace = BatchTrace(main)
+    tracers_in = [BatchTracer(trace, x, ax) if ax is not not_mapped else x
+                  for x, ax in zip(args, in_axes)]
+    outs = f(*tracers_in)
+    tracers_out = [full_raise(trace, out) for out in outs]
+    vals_out, bdims_out = unzip2((t.val, t.batch_dim) for t in tracers_out)
+  return vals_out, bdims_out, axis_size
+
+
+# --- Rules ---------------------------------------------------------------------------------
+
+def _vectorized_unop_rule(prim, axis_size, vals_in, dims_in, **params):
+  (x,), (x_bdim,) = vals_in, dims_in
+  return prim.bind(x, **params), x_bdim
+
+
+def _broadcasting_binop_rule(prim, axis_size, vals_in, dims_in):
+  # Bring both operands to the same batched layout, batch axis first. An
+  # unmapped rank-0 operand may stay as it is: it broadcasts by itself.
+  (x, y), (x_bdim, y_bdim) = vals_in, dims_in
+  x_rank = np.ndim(x) - (x_bdim is not not_mapped)
+  y_rank = np.ndim(y) - (y_bdim is not not_mapped)
+  out_rank = max(x_rank, y_rank)
+
+  def prepare(v, bdim, rank, other_shape):
+    if bdim is not_mapped and rank == 0:
+      return v
+    v = move_batch_axis(axis_size, bdim, 0, v)
+    if rank < out_rank:   # a per-element scalar against a larger operand
+      v = lax.broadcast(v, (axis_size, *other_shape), range(1, out_rank + 1))
+    return v
+
+  x_shape = _unbatched_shape(x, x_bdim)
+  y_shape = _unbatched_shape(y, y_bdim)
+  x = prepare(x, x_bdim, x_rank, y_shape)
+  y = prepare(y, y_bdim, y_rank, x_shape)
+  return prim.bind(x, y), 0
+
+
+
+def _unbatched_shape(x, bdim):
+  shape = list(np.shape(x))
+  if bdim is not not_mapped:
+    del shape[bdim]
+  return tuple(shape)
+
+
+for _p in unary_primitives:
+  vmap_rules[_p] = lambda *a, _p=_p, **kw: _vectorized_unop_rule(_p, *a, **kw)
+for _p in binary_primitives:
+  vmap_rules[_p] = lambda *a, _p=_p: _broadcasting_binop_rule(_p, *a)
+vmap_rules[convert_element_type_p] = (
+    lambda *a, **kw: _vectorized_unop_rule(convert_element_type_p, *a, **kw))
+
+
+def _reduce_rule(prim, axis_size, vals_in, dims_in, *, axes):
+  (x,), (x_bdim,) = vals_in, dims_in
+  # Per-element axis a is axis a (or a + 1, past the batch axis) of the batch.
+  new_axes = tuple(a + (x_bdim <= a) for a in axes)
+  out_bdim = x_bdim - sum(a < x_bdim for a in new_axes)
+  return prim.bind(x, axes=new_axes), out_bdim
+
+
+vmap_rules[reduce_sum_p] = lambda *a, **kw: _reduce_rule(reduce_sum_p, *a, **kw)
+vmap_rules[reduce_max_p] = lambda *a, **kw: _reduce_rule(reduce_max_p, *a, **kw)
+
+
+def _broadcast_rule(axis_size, vals_in, dims_in, *, shape, axes):
+  # Move the batch axis to the front, then shift every new axis past it.
+  (x,), (x_bdim,) = vals_in, dims_in
+  x = move_batch_axis(axis_size, x_bdim, 0, x)
+  return (lax.broadcast(x, (axis_size, *shape), [a + 1 for a in axes]), 0)
+
+
+def _transpose_rule(axis_size, vals_in, dims_in, *, permutation):
+  (x,), (x_bdim,) = vals_in, dims_in
+  x = move_batch_axis(axis_size, x_bdim, 0, x)
+  return lax.transpose(x, (0, *(p + 1 for p in permutation))), 0
+
+
+def _reshape_rule(axis_size, vals_in, dims_in, *, new_sizes):
+  (x,), (x_bdim,) = vals_in, dims_in
+  x = move_batch_axis(axis_size, x_bdim, 0, x)
+  return lax.reshape(x, (axis_size, *new_sizes)), 0
+
+
+vmap_rules[broadcast_p] = _broadcast_rule
+vmap_rules[transpose_p] = _transpose_rule
+vmap_rules[reshape_p] = _reshape_rule

@@ -1,0 +1,413 @@
+"""The core: primitives, rule tables, abstract values, tracers and the interpreter stack.
+
+Everything a transformation needs to take part in `bind` lives here. The
+transformations themselves (ad.py, batching.py, ...) are just `Trace`
+subclasses plus rule tables.
+"""
+from __future__ import annotations
+
+import operator
+from contextlib import contextmanager
+from typing import Any, Callable, NamedTuple, Optional
+
+import numpy as np
+
+
+# --- Primitives and their rule tables ----------------------------------------
+
+class Primitive:
+  """An atomic operation. Transformations interpret it through rule tables.
+
+  User code calls thin wrappers (`autodidax.lax.sin`) that call `bind`; the
+  interpreters decide what a `bind` means.
+  """
+  multiple_results = False
+
+  def __init__(self, name: str, *, multiple_results: bool = False):
+    self.name = name
+    self.multiple_results = multiple_results
+
+  def __repr__(self):
+    return self.name
+
+  def bind(self, *args, **params):
+    outs = bind(self, *args, **params)
+    return outs if self.multiple_results else outs[0]
+
+  # JAX-style registration, feeding the same tables the built-ins use.
+  def def_impl(self, rule):
+    impl_rules[self] = rule
+    return rule
+
+  def def_abstract_eval(self, rule):
+    abstract_eval_rules[self] = rule
+    return rule
+
+
+class MissingRuleError(NotImplementedError):
+  """A primitive has no rule for the transformation being applied."""
+
+
+class RuleTable(dict):
+  """Rules for one transformation, keyed by primitive.
+
+  A missing rule raises an error naming the rule and the primitive.
+  `override` swaps a rule for the duration of a `with` block (exercises use it).
+  """
+
+  def __init__(self, kind: str, hint: str = ""):
+    super().__init__()
+    self.kind, self.hint = kind, hint
+
+  def __missing__(self, prim):
+    name = getattr(prim, "name", prim)
+    raise MissingRuleError(f"{self.kind} rule for '{name}' not implemented."
+                           + (f" {self.hint}" if self.hint else ""))
+
+  def __repr__(self):
+    return f"<{self.kind} rules for {sorted(p.name for p in self)}>"
+
+  @contextmanager
+  def override(self, prim: Primitive, rule: Callable):
+    had, old = prim in self, self.get(prim)
+    self[prim] = rule
+    try:
+      yield rule
+    finally:
+      if had:
+        self[prim] = old
+      else:
+        del self[prim]
+
+
+impl_rules = RuleTable(
+    "Evaluation", "Register one with `prim.def_impl(rule)`.")
+abstract_eval_rules = RuleTable(
+    "Abstract evaluation", "Register one with `prim.def_abstract_eval(rule)`.")
+
+
+# --- Abstract values ----------------------------------------------------------
+
+_DTYPE_SHORT = {"float16": "f16", "float32": "f32", "float64": "f64",
+                "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
+                "uint8": "u8", "uint32": "u32", "bool": "bool"}
+
+
+def dtype_short(dtype) -> str:
+  return _DTYPE_SHORT.get(np.dtype(dtype).name, np.dtype(dtype).name)
+
+
+class ShapedArray:
+  """The set of all arrays with a given shape and dtype."""
+  array_abstraction_level = 1
+
+  def __init__(self, shape, dtype):
+    self.shape = tuple(shape)
+    self.dtype = np.dtype(dtype)
+
+  ndim = property(lambda self: len(self.shape))
+  size = property(lambda self: int(np.prod(self.shape, dtype=int)))
+
+  def str_short(self) -> str:
+    return f"{dtype_short(self.dtype)}[{','.join(map(str, self.shape))}]"
+
+  def update(self, shape=None, dtype=None) -> "ShapedArray":
+    return ShapedArray(self.shape if shape is None else shape,
+                       self.dtype if dtype is None else dtype)
+
+  def _bool(self, tracer):
+    raise ConcretizationError(tracer)
+
+  def __hash__(self):
+    return hash((self.shape, self.dtype))
+
+  def __eq__(self, other):
+    return (isinstance(other, ShapedArray) and self.shape == other.shape
+            and self.dtype == other.dtype)
+
+  def __repr__(self):
+    return f"ShapedArray({self.str_short()})"
+
+
+class ConcreteArray(ShapedArray):
+  """The singleton set holding one known array."""
+  array_abstraction_level = 2
+
+  def __init__(self, val):
+    self.val = val
+    self.shape = np.shape(val)
+    self.dtype = np.result_type(val)
+
+  def _bool(self, tracer):
+    return bool(self.val)
+
+  def __repr__(self):
+    return f"ConcreteArray({self.str_short()}, {np.asarray(self.val)!r})"
+
+  __hash__ = ShapedArray.__hash__   # a set with one element is still that shape
+  __eq__ = ShapedArray.__eq__
+
+
+def raise_to_shaped(aval: ShapedArray) -> ShapedArray:
+  return ShapedArray(aval.shape, aval.dtype)
+
+
+# Types that are arrays for us, besides Tracers. Later parts add device arrays.
+array_types: set = {bool, int, float, np.ndarray, np.bool_, np.float16,
+                    np.float32, np.float64, np.int8, np.int16, np.int32,
+                    np.int64, np.uint8, np.uint32}
+
+
+def is_array(x) -> bool:
+  return type(x) in array_types or isinstance(x, Tracer)
+
+
+def get_aval(x) -> ShapedArray:
+  if isinstance(x, Tracer):
+    return x.aval
+  if type(x) in array_types:
+    return ConcreteArray(x)
+  raise UnsupportedTypeError(x)
+
+
+# --- Errors a learner can cause -------------------------------------------------
+
+class UnsupportedTypeError(TypeError):
+  def __init__(self, x):
+    super().__init__(
+        f"autodidax can't treat a value of type {type(x).__name__} as an array: "
+        f"{x!r:.80}. Pass numpy arrays or Python scalars (bool/int/float), or "
+        "pytrees (tuples, lists, dicts) of them; mark other arguments static.")
+
+
+class ConcretizationError(TypeError):
+  def __init__(self, tracer):
+    trace = tracer._trace.main.trace_type.__name__
+    super().__init__(
+        f"A value traced by {trace} has no concrete value here (it is "
+        f"{tracer.aval.str_short()}), so Python can't turn it into a bool or "
+        "an index. This happens with `if x > 0:` or `while` on a traced value. "
+        "Use autodidax.numpy.where / lax.select-style arithmetic for data-"
+        "dependent choices, or make the argument static.")
+
+
+class EscapedTracerError(RuntimeError):
+  pass
+
+
+# --- Tracers and traces -----------------------------------------------------------
+
+class MainTrace(NamedTuple):
+  """One interpreter on the stack: its height, its Trace type and its data."""
+  level: int
+  trace_type: type
+  global_data: Any
+
+  def __repr__(self):
+    data = "" if self.global_data is None else f", data={self.global_data!r:.40}"
+    return f"MainTrace(level={self.level}, {self.trace_type.__name__}{data})"
+
+
+class Trace:
+  """An interpreter: how to box values, and how to apply a primitive to boxes."""
+
+  def __init__(self, main: MainTrace):
+    self.main = main
+
+  def pure(self, val):   # box a constant (not a Tracer)
+    raise NotImplementedError
+
+  def lift(self, val):   # box a Tracer of a lower level
+    raise NotImplementedError
+
+  def process_primitive(self, primitive, tracers, params):
+    raise NotImplementedError
+
+  def __repr__(self):
+    return f"{type(self).__name__}(level={self.main.level})"
+
+
+class Tracer:
+  """A boxed value flowing through a function under transformation.
+
+  Each Tracer knows its Trace and its abstract value; arithmetic operators are
+  installed by `autodidax.numpy` so that they bind primitives.
+  """
+  __array_priority__ = 1000
+  __slots__ = ["_trace"]
+
+  @property
+  def aval(self) -> ShapedArray:
+    raise NotImplementedError
+
+  def full_lower(self):
+    return self
+
+  shape = property(lambda self: self.aval.shape)
+  dtype = property(lambda self: self.aval.dtype)
+  ndim = property(lambda self: self.aval.ndim)
+  size = property(lambda self: self.aval.size)
+
+  def __bool__(self):
+    return self.aval._bool(self)
+
+  def __len__(self):
+    if not self.shape:
+      raise TypeError("len() of a 0-d (scalar) tracer")
+    return self.shape[0]
+
+  def __array__(self, dtype=None, copy=None):
+    raise TypeError(
+        f"A tracer ({self}) reached numpy. Inside a transformed function use "
+        "autodidax.numpy (imported as `np` in the course) instead of numpy.")
+
+  def __repr__(self):
+    return f"Traced<{self.aval.str_short()}>with<{self._trace}>"
+
+
+# --- The interpreter stack ---------------------------------------------------------
+
+trace_stack: list[MainTrace] = []
+dynamic_trace: Optional[MainTrace] = None   # omnistaging; see Part 2
+
+
+@contextmanager
+def new_main(trace_type: type, global_data=None):
+  """Push an interpreter for the duration of a transformation.
+
+  The stack is restored on the way out, whatever happens inside, so a failing
+  transformation never leaves a stale interpreter behind.
+  """
+  level = len(trace_stack)
+  main = MainTrace(level, trace_type, global_data)
+  trace_stack.append(main)
+  try:
+    yield main
+  finally:
+    del trace_stack[level:]
+
+
+@contextmanager
+def new_dynamic(main: MainTrace):
+  """Make `main` the dynamic trace: it sees every bind, data-dependent or not."""
+  global dynamic_trace
+  prev, dynamic_trace = dynamic_trace, main
+  try:
+    yield
+  finally:
+    dynamic_trace = prev
+
+
+def bind(prim: Primitive, *args, **params) -> list:
+  """Apply `prim`: the top interpreter among the arguments handles it."""
+  if _bind_observers:
+    return _observed_bind(prim, args, params)
+  top_trace = find_top_trace(args)
+  tracers = [full_raise(top_trace, arg) for arg in args]
+  outs = top_trace.process_primitive(prim, tracers, params)
+  return [full_lower(out) for out in outs]
+
+
+def find_top_trace(xs) -> Trace:
+  """The highest-level interpreter that boxed any of `xs` (else the bottom one)."""
+  top_main = max((x._trace.main for x in xs if isinstance(x, Tracer)),
+                 default=trace_stack[0], key=operator.attrgetter("level"))
+  if dynamic_trace and dynamic_trace.level > top_main.level:
+    top_main = dynamic_trace
+  return top_main.trace_type(top_main)
+
+
+def full_raise(trace: Trace, val) -> Tracer:
+  """Box `val` for `trace`: `pure` for constants, `lift` for lower tracers."""
+  if not isinstance(val, Tracer):
+    if type(val) not in array_types:
+      raise UnsupportedTypeError(val)
+    return trace.pure(val)
+  level = trace.main.level
+  val_main = val._trace.main
+  if val_main is trace.main:
+    return val
+  if val_main not in trace_stack:
+    raise EscapedTracerError(
+        f"Encountered an escaped tracer {val}: it belongs to a transformation "
+        "that has already finished (was it saved to a global or an outer "
+        "variable?). Return values from transformed functions instead.")
+  if val_main.level < level:
+    return trace.lift(val)
+  if val_main.level > level:
+    raise EscapedTracerError(
+        f"Can't lift a tracer from level {val_main.level} "
+        f"({val_main.trace_type.__name__}) to the lower level {level} "
+        f"({trace.main.trace_type.__name__}): a value from an inner "
+        "transformation leaked into an outer one.")
+  raise EscapedTracerError(
+      f"Different traces at the same level: {val._trace} and {trace}.")
+
+
+def full_lower(val):
+  """Unbox `val` as far as its interpreter allows (an optimization)."""
+  return val.full_lower() if isinstance(val, Tracer) else val
+
+
+# --- The evaluation interpreter, at the bottom of the stack --------------------------
+
+class EvalTrace(Trace):
+  """Standard evaluation: apply each primitive's impl rule to plain arrays."""
+
+  def pure(self, x):
+    return x
+  lift = pure
+
+  def process_primitive(self, primitive, tracers, params):
+    out = impl_rules[primitive](*tracers, **params)
+    return out if primitive.multiple_results else [out]
+
+
+trace_stack.append(MainTrace(0, EvalTrace, None))
+
+
+# --- Observing binds (for autodidax.viz) ---------------------------------------------
+
+class BindEvent:
+  """One `bind`: which interpreter handled it, with what, at what nesting depth."""
+  __slots__ = ("prim", "main", "args", "params", "outs", "depth", "stack")
+
+  def __init__(self, prim, main, args, params, depth, stack):
+    self.prim, self.main, self.args, self.params = prim, main, args, params
+    self.depth, self.stack, self.outs = depth, stack, None
+
+  def __repr__(self):
+    return (f"{'  ' * self.depth}{self.prim.name} handled by "
+            f"{self.main.trace_type.__name__} (level {self.main.level})")
+
+
+_bind_observers: list = []
+_bind_depth = 0
+
+
+def _observed_bind(prim, args, params):
+  global _bind_depth
+  top_trace = find_top_trace(args)
+  event = BindEvent(prim, top_trace.main, args, params, _bind_depth,
+                    tuple(trace_stack))
+  for observe in list(_bind_observers):
+    observe(event)
+  _bind_depth += 1
+  try:
+    tracers = [full_raise(top_trace, arg) for arg in args]
+    outs = top_trace.process_primitive(prim, tracers, params)
+    event.outs = [full_lower(out) for out in outs]
+  finally:
+    _bind_depth -= 1
+  return event.outs
+
+
+@contextmanager
+def observe_binds(callback):
+  """Call `callback(event: BindEvent)` as each bind starts; `event.outs` is
+  filled in when it returns."""
+  _bind_observers.append(callback)
+  try:
+    yield
+  finally:
+    _bind_observers.remove(callback)

@@ -1,0 +1,246 @@
+"""A small NumPy-flavoured layer over `autodidax.lax`, like `jax.numpy`.
+
+lax is strict (equal shapes, explicit dtypes); here we add NumPy's habits:
+broadcasting, dtype promotion with weakly-typed Python scalars (`x * 2.`
+keeps x's float32), reductions over `axis=None`, and the operators of Tracers.
+"""
+from __future__ import annotations
+
+import builtins
+
+import numpy as _np
+
+from . import lax
+from .core import Tracer, is_array
+from .util import canonicalize_axis
+
+float32, float64, int32, int64, bool_ = (
+    _np.float32, _np.float64, _np.int32, _np.int64, _np.bool_)
+pi, e, inf, nan = _np.pi, _np.e, _np.inf, _np.nan
+shape, ndim, size = _np.shape, _np.ndim, _np.size
+
+_PY_SCALARS = (bool, int, float)
+
+
+def _dtype_of(x):
+  """A dtype, or the Python scalar itself (NumPy treats those as weak)."""
+  if type(x) in _PY_SCALARS:
+    return x
+  if isinstance(x, Tracer):
+    return x.dtype
+  if not is_array(x):
+    raise TypeError(f"autodidax.numpy can't use a value of type "
+                    f"{type(x).__name__}: {x!r:.60}")
+  return _np.result_type(x)
+
+
+def result_type(*xs):
+  return _np.result_type(*(_dtype_of(x) for x in xs))
+
+
+def asarray(x, dtype=None):
+  if isinstance(x, Tracer):
+    return x if dtype is None else astype(x, dtype)
+  return _np.asarray(x, dtype)
+
+
+array = asarray
+
+
+def astype(x, dtype):
+  dtype = _np.dtype(dtype)
+  if type(x) in _PY_SCALARS:
+    return dtype.type(x)
+  return x if _np.result_type(_dtype_of(x)) == dtype else lax.convert_element_type(x, dtype)
+
+
+def _promote(*xs):
+  dtype = result_type(*xs)
+  return [astype(x, dtype) for x in xs]
+
+
+def broadcast_to(x, shape):
+  """NumPy broadcasting of `x` to `shape`, with lax.reshape and lax.broadcast."""
+  shape, xs = tuple(shape), _np.shape(x)
+  if xs == shape:
+    return x
+  if _np.broadcast_shapes(xs, shape) != shape:
+    raise ValueError(f"can't broadcast shape {xs} to {shape}")
+  lead = len(shape) - len(xs)
+  keep = [i for i, d in enumerate(xs) if d == shape[lead + i]]   # not stretched
+  if len(keep) < len(xs):
+    x = lax.reshape(x, [xs[i] for i in keep])
+  kept = {lead + i for i in keep}
+  return lax.broadcast(x, shape, [i for i in range(len(shape)) if i not in kept])
+
+
+def _binary(op):
+  def fn(x, y):
+    x, y = _promote(x, y)
+    out_shape = _np.broadcast_shapes(_np.shape(x), _np.shape(y))
+    # Rank-0 operands need no broadcast: lax lets a scalar stand for all.
+    if _np.ndim(x) and _np.shape(x) != out_shape:
+      x = broadcast_to(x, out_shape)
+    if _np.ndim(y) and _np.shape(y) != out_shape:
+      y = broadcast_to(y, out_shape)
+    return op(x, y)
+  fn.__name__ = op.__name__
+  return fn
+
+
+add, subtract, multiply, maximum = map(_binary, (lax.add, lax.sub, lax.mul, lax.max))
+greater, less = _binary(lax.greater), _binary(lax.less)
+greater_equal, less_equal = _binary(lax.greater_equal), _binary(lax.less_equal)
+_divide = _binary(lax.div)
+
+
+def divide(x, y):
+  """True division: integers are divided as floats, as in NumPy."""
+  if _np.issubdtype(result_type(x, y), _np.integer):
+    x, y = astype(x, float64), astype(y, float64)
+  return _divide(x, y)
+
+
+true_divide = divide
+
+
+def minimum(x, y):
+  return negative(maximum(negative(x), negative(y)))
+
+
+def _unary(op):
+  def fn(x):
+    if _np.issubdtype(result_type(x), _np.integer):
+      x = astype(x, float64)
+    return op(x)
+  fn.__name__ = op.__name__
+  return fn
+
+
+sin, cos, exp, log, tanh = map(_unary, (lax.sin, lax.cos, lax.exp, lax.log, lax.tanh))
+
+
+def negative(x):
+  return lax.neg(x)
+
+
+def abs(x):  # noqa: A001
+  return maximum(x, negative(x))
+
+
+def square(x):
+  return multiply(x, x)
+
+
+def sqrt(x):
+  return power(x, 0.5)
+
+
+def power(x, y):
+  """`x ** y`: repeated multiplication for integer `y`, exp(y log x) otherwise."""
+  if type(y) is int:
+    if y < 0:
+      return divide(1., power(x, -y))
+    acc, base = ones_like(x), x
+    while y:                      # square-and-multiply
+      if y & 1:
+        acc = multiply(acc, base)
+      y >>= 1
+      if y:
+        base = multiply(base, base)
+    return acc
+  return exp(multiply(y, log(x)))
+
+
+def _axes(x, axis):
+  if axis is None:
+    return tuple(range(_np.ndim(x)))
+  axes = (axis,) if isinstance(axis, (int, _np.integer)) else tuple(axis)
+  return tuple(canonicalize_axis(a, _np.ndim(x)) for a in axes)
+
+
+def _keepdims(out, x, axes):
+  return lax.reshape(out, [1 if i in axes else d for i, d in enumerate(_np.shape(x))])
+
+
+def sum(x, axis=None, keepdims=False):  # noqa: A001
+  axes = _axes(x, axis)
+  out = lax.reduce_sum(x, axes)
+  return _keepdims(out, x, axes) if keepdims else out
+
+
+def max(x, axis=None, keepdims=False):  # noqa: A001
+  axes = _axes(x, axis)
+  out = lax.reduce_max(x, axes)
+  return _keepdims(out, x, axes) if keepdims else out
+
+
+def min(x, axis=None, keepdims=False):  # noqa: A001
+  return negative(max(negative(x), axis, keepdims))
+
+
+def mean(x, axis=None, keepdims=False):
+  axes = _axes(x, axis)
+  count = int(_np.prod([_np.shape(x)[a] for a in axes], dtype=int))
+  return divide(sum(x, axis, keepdims), float(count))
+
+
+def zeros_like(x, dtype=None):
+  return _np.zeros(_np.shape(x), dtype or result_type(x))
+
+
+def ones_like(x, dtype=None):
+  return _np.ones(_np.shape(x), dtype or result_type(x))
+
+
+def transpose(x, axes=None):
+  return lax.transpose(x, tuple(reversed(range(_np.ndim(x)))) if axes is None else axes)
+
+
+def reshape(x, newshape):
+  newshape = (newshape,) if isinstance(newshape, int) else tuple(newshape)
+  if -1 in newshape:   # infer the one missing size
+    known = int(_np.prod([d for d in newshape if d != -1], dtype=int))
+    newshape = tuple(_np.size(x) // builtins.max(known, 1) if d == -1 else d
+                     for d in newshape)
+  return lax.reshape(x, newshape)
+
+
+def moveaxis(x, source: int, destination: int):
+  n = _np.ndim(x)
+  source, destination = canonicalize_axis(source, n), canonicalize_axis(destination, n)
+  perm = [i for i in range(n) if i != source]
+  perm.insert(destination, source)
+  return lax.transpose(x, perm)
+
+
+def expand_dims(x, axis: int):
+  shape = list(_np.shape(x))
+  shape.insert(canonicalize_axis(axis, len(shape) + 1), 1)
+  return lax.reshape(x, shape)
+
+
+# --- Operators and methods of Tracers (as jax/_src/numpy/array_methods.py) -----------
+
+def _swap(f):
+  return lambda self, other: f(other, self)
+
+
+def _install_tracer_methods(cls):
+  cls.__add__, cls.__radd__ = add, _swap(add)
+  cls.__sub__, cls.__rsub__ = subtract, _swap(subtract)
+  cls.__mul__, cls.__rmul__ = multiply, _swap(multiply)
+  cls.__truediv__, cls.__rtruediv__ = divide, _swap(divide)
+  cls.__pow__, cls.__rpow__ = power, _swap(power)
+  cls.__neg__ = negative
+  cls.__pos__ = lambda self: self
+  cls.__gt__, cls.__lt__ = greater, less
+  cls.__ge__, cls.__le__ = greater_equal, less_equal
+  cls.T = property(transpose)
+  cls.sum, cls.max, cls.mean = sum, max, mean
+  cls.reshape = lambda self, *shape: reshape(
+      self, shape[0] if len(shape) == 1 and not isinstance(shape[0], int) else shape)
+  cls.astype = astype
+
+
+_install_tracer_methods(Tracer)

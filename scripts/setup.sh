@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Creates .venv/ and installs everything the course needs. Idempotent: `make`
+# runs it whenever requirements.txt, pyproject.toml or this script change.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  echo "==> creating .venv with $($PYTHON --version)"
+  "$PYTHON" -m venv .venv
+fi
+PIP=(.venv/bin/python -m pip --disable-pip-version-check -q)
+echo "==> installing requirements.txt into .venv (first time: a few minutes)"
+"${PIP[@]}" install -r requirements.txt
+"${PIP[@]}" install --no-deps -e .
+
+# Graphviz: the system `dot` when there is one, else the pure-Rust port from
+# PyPI behind a `dot` shim (so the graphviz package finds it on PATH).
+if ! command -v dot >/dev/null 2>&1 && [ ! -x .venv/bin/dot ]; then
+  echo "==> no system graphviz: installing graphviz-pure and a dot shim"
+  "${PIP[@]}" install graphviz-pure==0.2.2
+  printf '#!/bin/sh\nexec "$(dirname "$0")/graphviz-pure" "$@"\n' > .venv/bin/dot
+  chmod +x .venv/bin/dot
+fi
+
+# ipywidgets' JavaScript for readers who are offline (see book/_ext/offline_widgets.py).
+bash scripts/fetch_widget_js.sh || echo "==> (widget JS not fetched: the book will load it from a CDN)"
+
+# A Jupyter kernel named after the venv, so notebooks run against the library.
+.venv/bin/python -m ipykernel install --sys-prefix --name python3 >/dev/null
+touch .venv/.installed
+echo "==> .venv ready"
