@@ -1,0 +1,267 @@
+"""Pictures of the machinery: the interpreter stack, boxed values, and binds.
+
+    with viz.capture() as snaps:          # look inside a transformation
+      jvp(lambda x: viz.peek(x) * 2., (3.,), (1.,))
+    snaps[0]                              # stack + boxing, drawn by graphviz
+
+    with viz.record() as rec:             # every bind, in order
+      vmap(f)(xs)
+    rec.stepper()                         # a widget that steps through them
+
+Rendering needs the `graphviz` Python package and a `dot` program; widgets
+need ipywidgets. Neither is imported until a picture is asked for.
+"""
+from __future__ import annotations
+
+import html
+import os
+import shutil
+import sys
+from contextlib import contextmanager
+
+import numpy as np
+
+from . import core
+from .core import MainTrace, Tracer
+
+# One colour per interpreter, so a level reads the same in every picture.
+TRACE_COLORS = {"EvalTrace": "#e8e8e8", "JVPTrace": "#cfe2ff",
+                "BatchTrace": "#ffe5b4", "JaxprTrace": "#d4edda",
+                "PartialEvalTrace": "#f8d7da"}
+HIGHLIGHT = "#c0392b"
+
+
+def _color(trace_type) -> str:
+  return TRACE_COLORS.get(getattr(trace_type, "__name__", str(trace_type)), "#f3e8ff")
+
+
+def _digraph(name: str, **attrs):
+  import graphviz
+  if shutil.which("dot") is None:   # e.g. the venv's graphviz-pure shim, not on PATH
+    here = os.path.dirname(sys.executable)
+    if os.path.exists(os.path.join(here, "dot")):
+      os.environ["PATH"] = here + os.pathsep + os.environ.get("PATH", "")
+  g = graphviz.Digraph(name)
+  g.attr(fontname="Helvetica", fontsize="11", bgcolor="transparent", **attrs)
+  g.attr("node", fontname="Helvetica", fontsize="11")
+  g.attr("edge", fontname="Helvetica", fontsize="10")
+  return g
+
+
+def short(x, max_elems: int = 4) -> str:
+  """A one-line description of a value: a number, an aval, or a boxed tracer."""
+  if isinstance(x, Tracer):
+    return f"{type(x).__name__}@{x._trace.main.level}<{x.aval.str_short()}>"
+  if type(x) in (bool, int, float):
+    return repr(x)
+  if hasattr(x, "shape") and hasattr(x, "dtype"):
+    a = np.asarray(x)
+    aval = core.dtype_short(a.dtype) + str(list(a.shape)).replace(" ", "")
+    if a.size <= max_elems:
+      vals = ", ".join(_fmt(v) for v in a.ravel())
+      return vals if a.ndim == 0 else f"{aval} [{vals}]"
+    return aval
+  return type(x).__name__
+
+
+def _fmt(v) -> str:
+  if isinstance(v, (np.floating, float)):
+    return f"{float(v):.4g}"
+  return str(v)
+
+
+# --- The interpreter stack ------------------------------------------------------------
+
+def _stack_html(stack, active=None, dynamic=None) -> str:
+  """The stack as one table, top level first; the active level is outlined."""
+  rows = []
+  for main in reversed(stack):
+    name = main.trace_type.__name__
+    is_active = active is not None and main.level == active.level
+    data = ""
+    if main.global_data is not None:
+      shown = (f"axis_size={main.global_data}" if name == "BatchTrace"
+               else html.escape(repr(main.global_data))[:40])
+      data = f'<br/><font point-size="9">{shown}</font>'
+    if dynamic is not None and main.level == dynamic.level:
+      data += '<br/><font point-size="9">(the dynamic trace)</font>'
+    mark = f'<font color="{HIGHLIGHT}"><b>  handles this bind</b></font>' if is_active else ""
+    border = f' border="3" color="{HIGHLIGHT}"' if is_active else ' border="1"'
+    rows.append(f'<tr><td{border} bgcolor="{_color(main.trace_type)}" width="190" '
+                f'cellpadding="6"><b>level {main.level}</b>: {name}{mark}{data}</td></tr>')
+  return ('<table border="0" cellborder="1" cellspacing="3" style="rounded">'
+          + "".join(rows) + "</table>")
+
+
+def stack_graph(stack=None, active: MainTrace | None = None, title: str | None = None,
+                dynamic: MainTrace | None = None):
+  """The interpreter stack, top level first; `active` is highlighted."""
+  stack = list(core.trace_stack if stack is None else stack)
+  g = _digraph("stack")
+  if title:
+    g.attr(label=title, labelloc="t")
+  g.node("stack", f"<{_stack_html(stack, active, dynamic)}>", shape="plaintext")
+  return g
+
+
+# --- How one value is boxed -------------------------------------------------------------
+
+def _tracer_fields(t: Tracer) -> list[tuple[str, object]]:
+  """The payload of a tracer: every slot but the trace (primal/tangent, val, ...)."""
+  names = []
+  for cls in type(t).__mro__:
+    names += [s for s in getattr(cls, "__slots__", ()) if s != "_trace" and s not in names]
+  return [(n, getattr(t, n)) for n in names if hasattr(t, n)]
+
+
+def _boxing_html(x) -> str:
+  if not isinstance(x, Tracer):
+    return (f'<table border="1" cellborder="0" cellspacing="0" bgcolor="white">'
+            f'<tr><td>{html.escape(short(x))}</td></tr></table>')
+  name = type(x).__name__
+  rows = [f'<tr><td align="left"><b>{name}</b> (level {x._trace.main.level}) : '
+          f'{x.aval.str_short()}</td></tr>']
+  for field, val in _tracer_fields(x):
+    if isinstance(val, Tracer) or hasattr(val, "shape"):
+      rows.append(f'<tr><td align="left"><i>{field}</i></td></tr>'
+                  f'<tr><td>{_boxing_html(val)}</td></tr>')
+    else:
+      rows.append(f'<tr><td align="left"><i>{field}</i> = '
+                  f'{html.escape(short(val))[:30]}</td></tr>')
+  color = _color(type(x._trace))
+  return (f'<table border="1" cellborder="0" cellspacing="4" bgcolor="{color}">'
+          + "".join(rows) + "</table>")
+
+
+def value_graph(x, title: str | None = None):
+  """Nested boxes: which tracer boxes which, down to the plain array."""
+  g = _digraph("value")
+  if title:
+    g.attr(label=title, labelloc="t")
+  g.node("v", f"<{_boxing_html(x)}>", shape="plaintext")
+  return g
+
+
+# --- Snapshots from inside a user function --------------------------------------------------
+
+class Snapshot:
+  """The stack and a value's boxing at one moment inside a transformation."""
+
+  def __init__(self, value, label: str | None):
+    self.value, self.label = value, label
+    self.stack = tuple(core.trace_stack)
+    self.dynamic = core.dynamic_trace
+
+  def graph(self):
+    g = _digraph("snapshot", compound="true")
+    if self.label:
+      g.attr(label=self.label, labelloc="t")
+    with g.subgraph(name="cluster_stack") as s:
+      s.attr(label="the interpreter stack", style="rounded", color="#999999")
+      s.node("stack", f"<{_stack_html(self.stack, dynamic=self.dynamic)}>",
+             shape="plaintext")
+    with g.subgraph(name="cluster_value") as v:
+      v.attr(label="the value", style="rounded", color="#999999")
+      v.node("v", f"<{_boxing_html(self.value)}>", shape="plaintext")
+    return g
+
+  def _repr_mimebundle_(self, include=None, exclude=None):
+    return self.graph()._repr_mimebundle_(include, exclude)
+
+
+_snapshots: list | None = None
+
+
+def peek(x, label: str | None = None):
+  """Record the stack and `x`'s boxing (inside `capture()`); returns `x`."""
+  if _snapshots is not None:
+    _snapshots.append(Snapshot(x, label))
+  return x
+
+
+@contextmanager
+def capture():
+  """Collect a Snapshot for every `peek` call made inside the block."""
+  global _snapshots
+  prev, _snapshots = _snapshots, []
+  try:
+    yield _snapshots
+  finally:
+    _snapshots = prev
+
+
+# --- Recording binds, and stepping through them -----------------------------------------------
+
+class Recording:
+  """The binds made while a `record()` block ran, in the order they started."""
+
+  def __init__(self):
+    self.events: list[core.BindEvent] = []
+
+  def __len__(self):
+    return len(self.events)
+
+  def __getitem__(self, i):
+    return self.events[i]
+
+  def lines(self) -> list[str]:
+    return [_event_line(e) for e in self.events]
+
+  def __repr__(self):
+    return "\n".join(self.lines())
+
+  def frame_graph(self, i: int):
+    e = self.events[i]
+    return stack_graph(e.stack, active=e.main,
+                       title=f"step {i + 1}/{len(self.events)}: bind({e.prim.name})")
+
+  def frame_html(self, i: int, context: int = 6) -> str:
+    """One frame: the stack picture beside the list of binds around step i."""
+    svg = self.frame_graph(i).pipe(format="svg").decode()
+    svg = svg[svg.index("<svg"):]
+    lo, hi = max(0, i - context), min(len(self.events), i + context + 1)
+    items = []
+    for j in range(lo, hi):
+      line = html.escape(_event_line(self.events[j]))
+      style = (f"color:{HIGHLIGHT};font-weight:bold" if j == i else "color:#555")
+      items.append(f'<div style="{style};white-space:pre">{j + 1:3d} {line}</div>')
+    e = self.events[i]
+    detail = (f"<div style='margin-top:6px'><b>in:</b> "
+              f"{html.escape(', '.join(short(a) for a in e.args))}<br/>"
+              f"<b>out:</b> {html.escape(', '.join(short(o) for o in e.outs or []))}</div>")
+    return (f'<div style="display:flex;gap:16px;align-items:flex-start">'
+            f'<div style="flex:0 0 auto">{svg}</div>'
+            f'<div style="font-family:monospace;font-size:12px">{"".join(items)}{detail}</div>'
+            f'</div>')
+
+  def stepper(self, max_frames: int = 60):
+    """A widget stepping through the binds. Every frame is rendered up front
+    and the slider is linked in the browser, so it works without a kernel."""
+    import ipywidgets as w
+    n = min(len(self.events), max_frames)
+    if n == 0:
+      return w.HTML("<i>no binds were recorded</i>")
+    frames = [w.HTML(self.frame_html(i)) for i in range(n)]
+    stack = w.Stack(frames, selected_index=0)
+    slider = w.IntSlider(value=0, min=0, max=n - 1, description="step",
+                         readout=False, continuous_update=True)
+    play = w.Play(value=0, min=0, max=n - 1, interval=900, description="play")
+    w.jslink((play, "value"), (slider, "value"))
+    w.jslink((slider, "value"), (stack, "selected_index"))
+    note = w.HTML(f"<small>{n} of {len(self.events)} binds</small>")
+    return w.VBox([w.HBox([play, slider, note]), stack])
+
+
+def _event_line(e: core.BindEvent) -> str:
+  params = ", ".join(f"{k}={v}" for k, v in e.params.items())
+  args = ", ".join(short(a) for a in e.args)
+  return (f"{'  ' * e.depth}{e.prim.name}({args}{', ' if params else ''}{params})"
+          f"  → {e.main.trace_type.__name__}@{e.main.level}")
+
+
+@contextmanager
+def record():
+  """Record every bind made inside the block (nesting depth included)."""
+  rec = Recording()
+  with core.observe_binds(rec.events.append):
+    yield rec
