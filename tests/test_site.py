@@ -1,0 +1,177 @@
+"""The website: it builds with warnings as errors, and its pages work in a real
+browser with no network (graphviz diagrams and ipywidgets render, the console
+stays clean).
+
+The browser tests use Debian's chromium (/usr/bin/chromium) through Playwright,
+and the widget JavaScript that scripts/fetch_widget_js.sh fetches. Without
+those they are skipped, unless AUTODIDAX_REQUIRE_BROWSER=1 (.ci/run sets it).
+The Part 1 screenshot goes to _build/screenshots/.
+"""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+HTML = ROOT / "_build" / "html"
+SCREENSHOTS = ROOT / "_build" / "screenshots"
+CHROMIUM = Path("/usr/bin/chromium")
+WIDGET_JS = ROOT / ".widgets-js" / "offline-widgets" / "embed-amd.js"
+GRAPHVIZ_SVG = re.compile(r'<g\b[^>]*\bclass="graph"')  # graphviz's top-level group
+CHROMIUM_ARGS = [
+  "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+  "--no-first-run", "--disable-background-networking",
+  "--disable-component-update", "--disable-sync",
+]
+
+pytestmark = pytest.mark.timeout(1800)  # a cold build runs every chapter
+
+
+@pytest.fixture(scope="session")
+def build():
+  """Builds the book once per session; the jupyter-cache makes rebuilds fast."""
+  venv_bin = Path(sys.executable).parent
+  env = dict(os.environ, PATH=f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}")
+  jb = venv_bin / "jupyter-book"
+  proc = subprocess.run(
+    [str(jb), "build", ".", "-W", "-n", "--keep-going"],
+    cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  return proc
+
+
+def test_build_succeeds_with_warnings_as_errors(build):
+  if build.returncode != 0:
+    pytest.fail(f"jupyter-book build failed (exit {build.returncode}):\n"
+                + build.stdout[-6000:])
+  assert (HTML / "index.html").is_file()
+  assert (HTML / "book" / "intro.html").is_file()
+
+
+def test_widget_js_is_local_when_fetched(build):
+  """With .widgets-js fetched, widget pages load require.js and embed-amd.js
+  from the site itself, not from CDNs."""
+  if build.returncode != 0:
+    pytest.skip("the build failed")
+  if not WIDGET_JS.is_file():
+    pytest.skip("widget JavaScript not fetched (scripts/fetch_widget_js.sh needs npm)")
+  pages = [p for p in HTML.rglob("*.html") if "widget-state+json" in p.read_text()]
+  for page in pages:
+    text = page.read_text()
+    assert "_static/offline-widgets/embed-amd.js" in text, page
+    assert "_static/offline-widgets/require.js" in text, page
+    assert "cdnjs.cloudflare.com" not in text and "html-manager@" not in text, page
+
+
+# -- In a browser --------------------------------------------------------------
+
+def _skip_or_fail(reason):
+  if os.environ.get("AUTODIDAX_REQUIRE_BROWSER") == "1":
+    pytest.fail(f"{reason}, and AUTODIDAX_REQUIRE_BROWSER=1")
+  pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def browser():
+  if not CHROMIUM.exists():
+    _skip_or_fail(f"no chromium at {CHROMIUM} (apt-get install chromium)")
+  from playwright.sync_api import sync_playwright
+  with tempfile.TemporaryDirectory() as profile, sync_playwright() as p:
+    context = p.chromium.launch_persistent_context(
+      profile, executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS,
+      offline=True, viewport={"width": 1280, "height": 900})
+    # Nothing leaves the machine: every request that is not a file is refused.
+    context.route(lambda url: not url.startswith("file://"),
+                  lambda route: route.abort())
+    yield context
+    context.close()
+
+
+class Page:
+  """A page opened from disk, recording console errors and failed requests."""
+
+  def __init__(self, context, path):
+    self.problems = []
+    self.page = page = context.new_page()
+    page.on("console", lambda m: m.type in ("error", "assert")
+            and self.problems.append(f"console {m.type}: {m.text} {m.location}"))
+    page.on("pageerror", lambda e: self.problems.append(f"uncaught: {e}"))
+    page.on("requestfailed", lambda r: self.problems.append(
+      f"request failed: {r.url} ({r.failure})"))
+    page.on("response", lambda r: r.status >= 400 and self.problems.append(
+      f"HTTP {r.status}: {r.url}"))
+    page.goto(path.as_uri(), wait_until="load")
+
+  def settle(self):
+    self.page.wait_for_load_state("networkidle")
+    self.page.wait_for_timeout(500)  # late console messages
+
+
+def _page(build, browser, rel):
+  if build.returncode != 0:
+    pytest.skip("the build failed")
+  path = HTML / rel
+  if not path.is_file():
+    pytest.skip(f"{rel} is not built")
+  return Page(browser, path)
+
+
+def test_intro_page_loads_cleanly(build, browser):
+  p = _page(build, browser, "book/intro.html")
+  p.settle()
+  assert "Autodidax" in p.page.title()
+  assert p.problems == []
+  p.page.close()
+
+
+def test_part1_renders_graphs_and_widgets_offline(build, browser):
+  if not WIDGET_JS.is_file():
+    # Then the page loads the widget JavaScript from CDNs, which are blocked here.
+    _skip_or_fail("widget JavaScript not fetched (scripts/fetch_widget_js.sh needs npm)")
+  p = _page(build, browser, "book/part1_interpreters.html")
+  page = p.page
+
+  # An ipywidget, rendered by the html-manager from the embedded state.
+  widget = page.locator(".cell_output .jupyter-widgets").first
+  widget.wait_for(state="visible", timeout=20_000)
+  _assert_drawn(widget)
+  assert page.locator(".cell_output [class*='widget-']").count() > 0
+
+  # A graphviz diagram: inline (in a widget), or an <img> of a graphviz SVG file.
+  drawn = [page.locator("svg:has(g.graph)").filter(visible=True)]
+  images = page.locator("img[src$='.svg']")
+  drawn += [images.nth(i) for i in range(images.count())
+            if GRAPHVIZ_SVG.search(_svg_source(images.nth(i)))]
+  drawn = [d.first for d in drawn if d.count()]
+  assert drawn, "no graphviz SVG on the page"
+  _assert_drawn(drawn[0])
+
+  p.settle()
+  # From the top, so the sticky header and sidebars are drawn where they belong.
+  page.evaluate("document.activeElement && document.activeElement.blur(); window.scrollTo(0, 0)")
+  SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+  page.screenshot(path=str(SCREENSHOTS / "part1_interpreters.png"), full_page=True)
+  assert p.problems == []
+  page.close()
+
+
+def _assert_drawn(locator):
+  """Visible, with a size; for an <img>, its file loaded."""
+  locator.scroll_into_view_if_needed()
+  assert locator.is_visible()
+  box = locator.bounding_box()
+  assert box and box["width"] > 0 and box["height"] > 0, box
+  assert locator.evaluate("e => e.tagName != 'IMG' || (e.complete && e.naturalWidth > 0)")
+
+
+def _svg_source(img):
+  """The text of the SVG file an <img> shows (pages are opened from disk)."""
+  src = img.evaluate("img => img.src")
+  if not src.startswith("file://"):
+    return ""
+  path = Path(unquote(urlparse(src).path))
+  return path.read_text(errors="replace") if path.is_file() else ""
