@@ -39,7 +39,7 @@ exercises: $(STAMP)
 
 SUBMISSIONS ?= submissions
 grade: $(STAMP)
-	$(BIN)/python -m coursekit.grade $(SUBMISSIONS)
+	$(BIN)/python -m coursekit.grade $(SUBMISSIONS) --out $(or $(GRADES),.)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
