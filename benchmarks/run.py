@@ -1,0 +1,99 @@
+"""Run the benchmarks and write benchmarks/results.md and results.json.
+
+    python benchmarks/run.py                  # every section (make bench)
+    python benchmarks/run.py --quick          # a fast, noisy smoke run
+    python benchmarks/run.py --only eager_ops # one section (repeatable)
+    python benchmarks/run.py --list           # the section names
+
+A full run rewrites both results files. `--only` re-measures the sections
+named and keeps the others from results.json. `--quick` only prints, unless
+`--write` is given (its numbers are too noisy to publish).
+
+To add a section: write a module here with a function `fn(ctx) -> Table`
+decorated with `@harness.section(name, title)` (see eager_ops.py), and add
+the module's name to SECTION_MODULES.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import harness  # noqa: E402
+
+# Imported in order; each registers its sections. The order is results.md's.
+SECTION_MODULES = ["eager_ops", "transforms"]
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--quick", action="store_true",
+                      help="few, short repeats: a smoke run (doesn't write results)")
+  parser.add_argument("--only", action="append", metavar="NAME",
+                      help="run only this section (may be repeated)")
+  parser.add_argument("--list", action="store_true", help="list the sections")
+  parser.add_argument("--write", action="store_true",
+                      help="write the results files even with --quick")
+  parser.add_argument("--out", type=Path, default=HERE,
+                      help="where results.md/.json go (default: benchmarks/)")
+  args = parser.parse_args(argv)
+
+  for mod in SECTION_MODULES:
+    importlib.import_module(mod)
+  sections = harness.SECTIONS
+  if args.list:
+    for s in sections.values():
+      print(f"{s.name:16} {s.title}")
+    return 0
+  names = args.only or list(sections)
+  unknown = [n for n in names if n not in sections]
+  if unknown:
+    parser.error(f"unknown section(s) {', '.join(unknown)}; "
+                 f"choose from {', '.join(sections)}")
+
+  ctx = harness.Context(quick=args.quick)
+  machine = harness.machine_info()
+  settings = {"quick": args.quick, "min_repeat_s": ctx.min_repeat_s,
+              "repeat": ctx.repeat, "warmup_s": ctx.warmup_s,
+              "statistic": "min over repeats"}
+  print(f"# {harness._machine_line(machine)}", file=sys.stderr)
+
+  measured = {}
+  for name in names:
+    s = sections[name]
+    table = s.fn(ctx)
+    measured[name] = {"title": s.title, "machine": machine, "settings": settings,
+                      **table.to_json()}
+    print(f"\n## {s.title}\n\n{harness.render_table(measured[name])}\n")
+    if table.summary_text:
+      print(table.summary_text)
+
+  write = not args.quick or args.write
+  if not write:
+    print("\n(--quick: results files not written; add --write to write them)",
+          file=sys.stderr)
+    return 0
+  json_path, md_path = args.out / "results.json", args.out / "results.md"
+  old = {}
+  if args.only and json_path.exists():   # keep the sections we didn't re-run
+    old = json.loads(json_path.read_text()).get("sections", {})
+  results = {"machine": machine, "settings": settings,
+             "sections": {n: measured.get(n, old.get(n)) for n in sections
+                          if n in measured or n in old}}
+  args.out.mkdir(parents=True, exist_ok=True)
+  json_path.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
+  md_path.write_text(harness.render_markdown(results))
+  print(f"\nwrote {md_path} and {json_path}", file=sys.stderr)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
