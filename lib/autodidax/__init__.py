@@ -6,8 +6,10 @@
     adx.jvp(anp.sin, (3.,), (1.,))
     adx.vmap(lambda x: x * 2.)(np.arange(3.))
 """
-from . import core, tree_util, lax, ad, batching, numpy  # noqa: F401  (order matters)
-from .api import jacfwd, jvp, vmap, TransformationError  # noqa: F401
+from . import core, tree_util, lax, ad, batching, numpy, jaxpr, partial_eval  # noqa: F401
+from .api import jacfwd, jvp, make_jaxpr, vmap, TransformationError  # noqa: F401
 from .core import MissingRuleError, Primitive  # noqa: F401
+from . import lowering, xla  # noqa: F401  (runtime.py imports jax only when used)
+from .xla import Array, jit  # noqa: F401
 
-__all__ = ["jvp", "vmap", "jacfwd", "lax", "numpy", "tree_util", "Primitive"]
+__all__ = ["jvp", "vmap", "jacfwd", "make_jaxpr", "jit", "Array", "lax", "numpy", "tree_util", "Primitive"]

@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import lax
-from .core import (MainTrace, RuleTable, Trace, Tracer, full_lower, full_raise,
-                   get_aval, new_main, raise_to_shaped)
+from .core import (MainTrace, RuleTable, Trace, Tracer, check_live, full_lower,
+                   full_raise, get_aval, new_main, raise_to_shaped)
 from .lax import (add_p, broadcast_p, convert_element_type_p, cos_p, div_p,
                   exp_p, log_p, max_p, mul_p, neg_p, reduce_max_p, reduce_sum_p,
                   reshape_p, sin_p, sub_p, tanh_p, transpose_p)
@@ -76,6 +76,7 @@ class JVPTrace(Trace):
   lift = pure
 
   def process_primitive(self, primitive, tracers, params):
+    check_live(self.main)   # a tracer that escaped its jvp is used on its own
     primals_in, tangents_in = unzip2((t.primal, t.tangent) for t in tracers)
     if all(type(t) is Zero for t in tangents_in):
       # JVP is linear in the tangents: all-zero in means zero out.
@@ -233,3 +234,9 @@ def _convert_element_type_jvp(primals, tangents, *, new_dtype):
 
 
 jvp_rules[convert_element_type_p] = _convert_element_type_jvp
+
+
+# dot_general is bilinear: one term per operand, each a dot_general itself.
+defjvp(lax.dot_general_p,
+       lambda x_dot, x, y, *, dimension_numbers: lax.dot_general(x_dot, y, dimension_numbers),
+       lambda y_dot, x, y, *, dimension_numbers: lax.dot_general(x, y_dot, dimension_numbers))

@@ -10,7 +10,8 @@ import numpy as np
 from . import lax
 from .ad import jvp_flat
 from .batching import move_batch_axis, not_mapped, vmap_flat
-from .core import Tracer, get_aval
+from .core import ShapedArray, Tracer, array_types, get_aval, raise_to_shaped
+from .partial_eval import trace_to_closed_jaxpr
 from .tree_util import (TreeMismatchError, broadcast_prefix, flatten_fun,
                         tree_flatten, tree_unflatten)
 from .util import canonicalize_axis
@@ -132,7 +133,14 @@ def _move_out(size, val, bdim, out_axis):
           "vmap: out_axes=None for an output that varies across the batch. "
           "Only outputs that don't depend on mapped inputs can be unmapped.")
     return val
-  out_axis = canonicalize_axis(int(out_axis), np.ndim(val) + (bdim is not_mapped))
+  if not isinstance(out_axis, (int, np.integer)):
+    raise TransformationError(f"vmap: out_axes entries must be ints or None; got {out_axis!r}.")
+  nd = np.ndim(val) + (bdim is not_mapped)   # the output's rank, batch axis included
+  if not -nd <= out_axis < nd:
+    raise TransformationError(
+        f"vmap: out_axes={out_axis} is out of range for an output of rank {nd} "
+        f"(with its batch axis); use an axis in [{-nd}, {nd - 1}].")
+  out_axis = canonicalize_axis(int(out_axis), nd)
   return move_batch_axis(size, bdim, out_axis, val)
 
 
@@ -183,3 +191,48 @@ def jacfwd(fun, argnums=0):
 
 def _reshape(x, shape):
   return x if np.shape(x) == tuple(shape) else lax.reshape(x, shape)
+
+
+# --- make_jaxpr -----------------------------------------------------------------------------
+
+def make_jaxpr(fun, static_argnums=()):
+  """`make_jaxpr(f)(*args)` stages `f` into a ClosedJaxpr for args like these.
+
+  Arguments may be arrays, Python scalars, pytrees of them, or abstract specs
+  (anything with `.shape` and `.dtype`, e.g. a ShapedArray). Arguments listed
+  in `static_argnums` are passed to `f` as they are, not traced.
+  """
+  static = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
+
+  def make(*args):
+    fun_dyn, dyn_args = _split_static(fun, args, static)
+    args_flat, in_tree = tree_flatten(dyn_args)
+    in_avals = [_abstractify(x) for x in args_flat]
+    flat_fun, _ = flatten_fun(fun_dyn, in_tree)
+    return trace_to_closed_jaxpr(flat_fun, in_avals)
+  make.__name__ = f"make_jaxpr({getattr(fun, '__name__', 'fun')})"
+  return make
+
+
+def _split_static(fun, args, static):
+  """A function of the non-static arguments only, with the static ones bound."""
+  for i in static:
+    if not -len(args) <= i < len(args):
+      raise TransformationError(
+          f"static_argnums={static} but the function got {len(args)} arguments")
+  static = {i % len(args) for i in static}
+  dyn_args = tuple(a for i, a in enumerate(args) if i not in static)
+
+  def fun_dyn(*dyn):
+    it = iter(dyn)
+    return fun(*(args[i] if i in static else next(it) for i in range(len(args))))
+  return fun_dyn, dyn_args
+
+
+def _abstractify(x):
+  """The abstract value a traced argument stands for (never concrete)."""
+  if isinstance(x, ShapedArray) or (
+      hasattr(x, "shape") and hasattr(x, "dtype") and type(x) not in array_types
+      and not isinstance(x, Tracer)):
+    return ShapedArray(x.shape, x.dtype, getattr(x, "weak_type", False))
+  return raise_to_shaped(get_aval(x))

@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import lax
-from .core import (RuleTable, ShapedArray, Trace, Tracer, full_lower, full_raise,
-                   get_aval, new_main)
+from .core import (RuleTable, ShapedArray, Trace, Tracer, check_live, full_lower,
+                   full_raise, get_aval, new_main)
 from .lax import (binary_primitives, broadcast_p, convert_element_type_p,
                   reduce_max_p, reduce_sum_p, reshape_p, transpose_p,
                   unary_primitives)
@@ -80,6 +80,7 @@ class BatchTrace(Trace):
     return self.main.global_data
 
   def process_primitive(self, primitive, tracers, params):
+    check_live(self.main)   # a tracer that escaped its vmap is used on its own
     vals_in, bdims_in = unzip2((t.val, t.batch_dim) for t in tracers)
     if all(d is not_mapped for d in bdims_in):
       outs = primitive.bind(*vals_in, **params)
@@ -191,3 +192,26 @@ def _reshape_rule(axis_size, vals_in, dims_in, *, new_sizes):
 vmap_rules[broadcast_p] = _broadcast_rule
 vmap_rules[transpose_p] = _transpose_rule
 vmap_rules[reshape_p] = _reshape_rule
+
+
+def _dot_general_rule(axis_size, vals_in, dims_in, *, dimension_numbers):
+  # Both mapped: the batch axis becomes a new leading batch dimension. One
+  # mapped: it is just one more free axis of that operand, no copies needed.
+  (x, y), (xb, yb) = vals_in, dims_in
+  (lc, rc), (lb, rb) = dimension_numbers
+  shift = lambda axes, b: tuple(a + (a >= b) for a in axes)
+  if xb is not not_mapped and yb is not not_mapped:
+    x, y = moveaxis(x, xb, 0), moveaxis(y, yb, 0)
+    dn = ((shift(lc, 0), shift(rc, 0)), ((0, *shift(lb, 0)), (0, *shift(rb, 0))))
+    return lax.dot_general(x, y, dn), 0
+  if xb is not not_mapped:
+    lc, lb = shift(lc, xb), shift(lb, xb)
+    free = [i for i in range(np.ndim(x)) if i not in lc and i not in lb]
+    return lax.dot_general(x, y, ((lc, rc), (lb, rb))), len(lb) + free.index(xb)
+  rc, rb = shift(rc, yb), shift(rb, yb)
+  free = [i for i in range(np.ndim(y)) if i not in rc and i not in rb]
+  n_lhs_free = np.ndim(x) - len(lc) - len(lb)
+  return lax.dot_general(x, y, ((lc, rc), (lb, rb))), len(lb) + n_lhs_free + free.index(yb)
+
+
+vmap_rules[lax.dot_general_p] = _dot_general_rule

@@ -98,12 +98,17 @@ def dtype_short(dtype) -> str:
 
 
 class ShapedArray:
-  """The set of all arrays with a given shape and dtype."""
+  """The set of all arrays with a given shape and dtype.
+
+  `weak_type` marks values that came from Python scalars: like JAX, they adopt
+  the dtype of the array they meet (`x * 2.` keeps x's float32).
+  """
   array_abstraction_level = 1
 
-  def __init__(self, shape, dtype):
+  def __init__(self, shape, dtype, weak_type: bool = False):
     self.shape = tuple(shape)
     self.dtype = np.dtype(dtype)
+    self.weak_type = weak_type
 
   ndim = property(lambda self: len(self.shape))
   size = property(lambda self: int(np.prod(self.shape, dtype=int)))
@@ -111,22 +116,24 @@ class ShapedArray:
   def str_short(self) -> str:
     return f"{dtype_short(self.dtype)}[{','.join(map(str, self.shape))}]"
 
-  def update(self, shape=None, dtype=None) -> "ShapedArray":
+  def update(self, shape=None, dtype=None, weak_type=None) -> "ShapedArray":
     return ShapedArray(self.shape if shape is None else shape,
-                       self.dtype if dtype is None else dtype)
+                       self.dtype if dtype is None else dtype,
+                       self.weak_type if weak_type is None else weak_type)
 
   def _bool(self, tracer):
     raise ConcretizationError(tracer)
 
   def __hash__(self):
-    return hash((self.shape, self.dtype))
+    return hash((self.shape, self.dtype, self.weak_type))
 
   def __eq__(self, other):
     return (isinstance(other, ShapedArray) and self.shape == other.shape
-            and self.dtype == other.dtype)
+            and self.dtype == other.dtype and self.weak_type == other.weak_type)
 
   def __repr__(self):
-    return f"ShapedArray({self.str_short()})"
+    weak = ", weak_type=True" if self.weak_type else ""
+    return f"ShapedArray({self.str_short()}{weak})"
 
 
 class ConcreteArray(ShapedArray):
@@ -137,6 +144,7 @@ class ConcreteArray(ShapedArray):
     self.val = val
     self.shape = np.shape(val)
     self.dtype = np.result_type(val)
+    self.weak_type = type(val) in _PY_SCALARS
 
   def _bool(self, tracer):
     return bool(self.val)
@@ -148,8 +156,11 @@ class ConcreteArray(ShapedArray):
   __eq__ = ShapedArray.__eq__
 
 
+_PY_SCALARS = (bool, int, float)
+
+
 def raise_to_shaped(aval: ShapedArray) -> ShapedArray:
-  return ShapedArray(aval.shape, aval.dtype)
+  return ShapedArray(aval.shape, aval.dtype, aval.weak_type)
 
 
 # Types that are arrays for us, besides Tracers. Later parts add device arrays.
@@ -187,12 +198,23 @@ class ConcretizationError(TypeError):
         f"A value traced by {trace} has no concrete value here (it is "
         f"{tracer.aval.str_short()}), so Python can't turn it into a bool or "
         "an index. This happens with `if x > 0:` or `while` on a traced value. "
-        "Use autodidax.numpy.where / lax.select-style arithmetic for data-"
-        "dependent choices, or make the argument static.")
+        "For a data-dependent choice compute both branches and blend them with "
+        "a mask, e.g. `m = (x > 0).astype(x.dtype); m * a + (1 - m) * b`, or "
+        "keep the value out of the transformation (for vmap: in_axes=None).")
 
 
 class EscapedTracerError(RuntimeError):
   pass
+
+
+def check_live(main: "MainTrace"):
+  """Raise if `main` has finished: one of its tracers escaped and is used."""
+  if main.level >= len(trace_stack) or trace_stack[main.level] is not main:
+    raise EscapedTracerError(
+        f"Encountered an escaped tracer of a {main.trace_type.__name__} "
+        "transformation that has already finished (was it saved to a global "
+        "or an outer variable?). Return values from transformed functions "
+        "instead.")
 
 
 # --- Tracers and traces -----------------------------------------------------------
@@ -206,6 +228,9 @@ class MainTrace(NamedTuple):
   def __repr__(self):
     data = "" if self.global_data is None else f", data={self.global_data!r:.40}"
     return f"MainTrace(level={self.level}, {self.trace_type.__name__}{data})"
+
+  # Each interpreter is its own: a finished one never equals a live one.
+  __eq__, __ne__, __hash__ = object.__eq__, object.__ne__, object.__hash__
 
 
 class Trace:
@@ -224,7 +249,9 @@ class Trace:
     raise NotImplementedError
 
   def __repr__(self):
-    return f"{type(self).__name__}(level={self.main.level})"
+    main = self.main
+    live = main.level < len(trace_stack) and trace_stack[main.level] is main
+    return f"{type(self).__name__}(level={main.level}{'' if live else ', finished'})"
 
 
 class Tracer:
@@ -302,6 +329,17 @@ def bind(prim: Primitive, *args, **params) -> list:
   """Apply `prim`: the top interpreter among the arguments handles it."""
   if _bind_observers:
     return _observed_bind(prim, args, params)
+  # Fast path, an optimization with the same result: when every argument is a
+  # plain array (no Tracer) and no dynamic trace is set, the bottom EvalTrace
+  # handles the bind, and all it does is apply the impl rule. Anything else
+  # (Tracers, unsupported types and their errors) takes the general path.
+  if dynamic_trace is None and trace_stack[0].trace_type is EvalTrace:
+    for arg in args:
+      if type(arg) not in array_types:
+        break
+    else:
+      out = impl_rules[prim](*args, **params)
+      return out if prim.multiple_results else [out]
   top_trace = find_top_trace(args)
   tracers = [full_raise(top_trace, arg) for arg in args]
   outs = top_trace.process_primitive(prim, tracers, params)

@@ -10,9 +10,12 @@ broadcasting and dtype promotion belong to `autodidax.numpy`.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from .core import Primitive, impl_rules
+from .core import Primitive, ShapedArray, abstract_eval_rules, impl_rules
+from .jaxpr import as_shaped
 from .util import canonicalize_axis
 
 
@@ -117,9 +120,10 @@ convert_element_type_p = Primitive("convert_element_type")
 
 
 def _broadcast_impl(x, *, shape, axes):
-  for axis in axes:
-    x = np.expand_dims(x, axis)
-  return np.broadcast_to(x, shape)
+  # Size-1 axes where the new ones go (one reshape, cheaper than an
+  # expand_dims per axis), then a read-only broadcast view.
+  expanded = tuple(1 if i in axes else d for i, d in enumerate(shape))
+  return np.broadcast_to(np.reshape(x, expanded), shape)
 
 
 impl_rules[broadcast_p] = _broadcast_impl
@@ -154,7 +158,7 @@ def transpose(x, permutation):
 
 def reshape(x, new_sizes):
   new_sizes = tuple(int(d) for d in new_sizes)
-  if int(np.prod(new_sizes, dtype=int)) != int(np.prod(np.shape(x), dtype=int)):
+  if math.prod(new_sizes) != math.prod(np.shape(x)):   # math.prod: fast on ints
     raise ShapeError(f"reshape: can't reshape {np.shape(x)} to {new_sizes}: "
                      "the number of elements differs")
   return reshape_p.bind(x, new_sizes=new_sizes)
@@ -162,3 +166,153 @@ def reshape(x, new_sizes):
 
 def convert_element_type(x, new_dtype):
   return convert_element_type_p.bind(x, new_dtype=np.dtype(new_dtype))
+
+
+# --- Abstract evaluation (typing) rules: Part 2 --------------------------------------------
+# Each maps input avals (ShapedArray or ConcreteArray alike) to the output aval,
+# or raises a ShapeError/TypeError that names the primitive and the problem.
+
+_WEAK_REPRESENTATIVE = {"b": False, "i": 0, "u": 0, "f": 0.0, "c": 0j}
+
+
+def _binary_dtype(name, x, y):
+  """The result dtype, with JAX's weak typing: a weakly-typed operand (from a
+  Python scalar) adopts the other operand's dtype."""
+  if x.weak_type != y.weak_type:
+    strong, weak = (y, x) if x.weak_type else (x, y)
+    return np.result_type(strong.dtype, _WEAK_REPRESENTATIVE[weak.dtype.kind]), False
+  if x.dtype != y.dtype:
+    if x.weak_type:   # two Python scalars: promote as Python would
+      return np.result_type(x.dtype, y.dtype), True
+    raise TypeError(f"{name}: dtypes {x.dtype} and {y.dtype} differ. lax "
+                    "operations need equal dtypes: convert one with "
+                    "lax.convert_element_type (autodidax.numpy promotes for you).")
+  return x.dtype, x.weak_type
+
+
+def _binary_abstract_eval(prim, comparison: bool):
+  def rule(x, y):
+    if x.shape != y.shape and x.shape and y.shape:
+      raise ShapeError(f"{prim.name}: shapes {x.shape} and {y.shape} are "
+                       "incompatible. lax operations need equal shapes (or a "
+                       "scalar); use autodidax.numpy for broadcasting.")
+    dtype, weak = _binary_dtype(prim.name, x, y)
+    if comparison:
+      dtype, weak = np.dtype(np.bool_), False
+    return ShapedArray(x.shape or y.shape, dtype, weak)
+  return rule
+
+
+def _unary_abstract_eval(prim, floats_only: bool):
+  def rule(x):
+    if floats_only and x.dtype.kind not in "fc":   # np.inexact: float or complex
+      raise TypeError(f"{prim.name} needs a floating-point operand, got "
+                      f"{x.str_short()}; convert it with lax.convert_element_type.")
+    return as_shaped(x)   # the output has the input's type
+  return rule
+
+
+for _p in binary_primitives:
+  abstract_eval_rules[_p] = _binary_abstract_eval(_p, _p in comparison_primitives)
+for _p in unary_primitives:
+  abstract_eval_rules[_p] = _unary_abstract_eval(_p, _p is not neg_p)
+
+
+def _reduce_abstract_eval(prim):
+  def rule(x, *, axes):
+    if any(not 0 <= a < x.ndim for a in axes):
+      raise ShapeError(f"{prim.name}: axes {axes} out of range for {x.str_short()}")
+    shape = tuple(d for i, d in enumerate(x.shape) if i not in axes)
+    return ShapedArray(shape, x.dtype, x.weak_type)
+  return rule
+
+
+abstract_eval_rules[reduce_sum_p] = _reduce_abstract_eval(reduce_sum_p)
+abstract_eval_rules[reduce_max_p] = _reduce_abstract_eval(reduce_max_p)
+
+
+@reshape_p.def_abstract_eval
+def _reshape_abstract_eval(x, *, new_sizes):
+  if math.prod(new_sizes) != math.prod(x.shape):
+    raise ShapeError(f"reshape: can't reshape {x.str_short()} to {new_sizes}")
+  return ShapedArray(new_sizes, x.dtype, x.weak_type)
+
+
+@broadcast_p.def_abstract_eval
+def _broadcast_abstract_eval(x, *, shape, axes):
+  kept = tuple(d for i, d in enumerate(shape) if i not in axes)
+  if kept != x.shape:
+    raise ShapeError(f"broadcast: can't broadcast {x.str_short()} to {shape} "
+                     f"by inserting axes {axes}")
+  return ShapedArray(shape, x.dtype, x.weak_type)
+
+
+@transpose_p.def_abstract_eval
+def _transpose_abstract_eval(x, *, permutation):
+  if sorted(permutation) != list(range(x.ndim)):
+    raise ShapeError(f"transpose: {permutation} is not a permutation of the axes of {x.str_short()}")
+  return ShapedArray(tuple(x.shape[p] for p in permutation), x.dtype, x.weak_type)
+
+
+@convert_element_type_p.def_abstract_eval
+def _convert_element_type_abstract_eval(x, *, new_dtype):
+  return ShapedArray(x.shape, new_dtype, False)
+
+
+# --- Contractions: dot_general (Part 3) ------------------------------------------------------
+# dimension_numbers = ((lhs_contracting, rhs_contracting), (lhs_batch, rhs_batch)),
+# as in jax.lax.dot_general. The result's axes are: batch, lhs free, rhs free.
+
+dot_general_p = Primitive("dot_general")
+
+
+def _dot_free_axes(ndim, contracting, batch):
+  return [i for i in range(ndim) if i not in contracting and i not in batch]
+
+
+def _dot_general_impl(x, y, *, dimension_numbers):
+  (lc, rc), (lb, rb) = dimension_numbers
+  x, y = np.asarray(x), np.asarray(y)
+  lf, rf = _dot_free_axes(x.ndim, lc, lb), _dot_free_axes(y.ndim, rc, rb)
+  shape = lambda a, axes: [a.shape[i] for i in axes]
+  # (batch, free, contract) @ (batch, contract, free), as one batched matmul.
+  xt = np.transpose(x, (*lb, *lf, *lc)).reshape(
+      math.prod(shape(x, lb)), math.prod(shape(x, lf)), math.prod(shape(x, lc)))
+  yt = np.transpose(y, (*rb, *rc, *rf)).reshape(
+      math.prod(shape(y, rb)), math.prod(shape(y, rc)), math.prod(shape(y, rf)))
+  out = np.matmul(xt, yt)
+  return out.reshape((*shape(x, lb), *shape(x, lf), *shape(y, rf)))
+
+
+impl_rules[dot_general_p] = _dot_general_impl
+
+
+def _canonical_dimension_numbers(dimension_numbers, x_ndim, y_ndim):
+  (lc, rc), (lb, rb) = dimension_numbers
+  fix = lambda axes, n: tuple(canonicalize_axis(int(a), n) for a in axes)
+  return ((fix(lc, x_ndim), fix(rc, y_ndim)), (fix(lb, x_ndim), fix(rb, y_ndim)))
+
+
+def dot_general(x, y, dimension_numbers):
+  """Contract `x` and `y` over the given axes, batching over others."""
+  dn = _canonical_dimension_numbers(dimension_numbers, np.ndim(x), np.ndim(y))
+  return dot_general_p.bind(x, y, dimension_numbers=dn)
+
+
+def _dot_general_abstract_eval(x, y, *, dimension_numbers):
+  (lc, rc), (lb, rb) = dimension_numbers
+  if len(lc) != len(rc) or len(lb) != len(rb):
+    raise ShapeError(f"dot_general: dimension_numbers {dimension_numbers} pair up "
+                     "different numbers of axes")
+  for what, la, ra in (("contracting", lc, rc), ("batch", lb, rb)):
+    ls, rs = [x.shape[i] for i in la], [y.shape[i] for i in ra]
+    if ls != rs:
+      raise ShapeError(f"dot_general: {what} axes have sizes {ls} in {x.str_short()} "
+                       f"but {rs} in {y.str_short()}")
+  dtype, weak = _binary_dtype("dot_general", x, y)
+  shape = ([x.shape[i] for i in lb] + [x.shape[i] for i in _dot_free_axes(x.ndim, lc, lb)]
+           + [y.shape[i] for i in _dot_free_axes(y.ndim, rc, rb)])
+  return ShapedArray(shape, dtype, weak)
+
+
+abstract_eval_rules[dot_general_p] = _dot_general_abstract_eval

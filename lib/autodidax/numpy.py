@@ -22,12 +22,17 @@ shape, ndim, size = _np.shape, _np.ndim, _np.size
 _PY_SCALARS = (bool, int, float)
 
 
+_WEAK_STANDIN = {"b": False, "i": 0, "u": 0, "f": 0.0, "c": 0j}
+
+
 def _dtype_of(x):
-  """A dtype, or the Python scalar itself (NumPy treats those as weak)."""
+  """A dtype, or a Python scalar for weakly-typed values (NumPy treats those
+  as weak too: they adopt the other operand's dtype)."""
   if type(x) in _PY_SCALARS:
     return x
   if isinstance(x, Tracer):
-    return x.dtype
+    aval = x.aval
+    return _WEAK_STANDIN[aval.dtype.kind] if aval.weak_type else aval.dtype
   if not is_array(x):
     raise TypeError(f"autodidax.numpy can't use a value of type "
                     f"{type(x).__name__}: {x!r:.60}")
@@ -74,8 +79,16 @@ def broadcast_to(x, shape):
   return lax.broadcast(x, shape, [i for i in range(len(shape)) if i not in kept])
 
 
+def _weak(out, *xs):
+  """Python scalars in, a Python scalar out: it stays weakly typed, as in JAX."""
+  if all(type(x) in _PY_SCALARS for x in xs) and not isinstance(out, Tracer):
+    return out.item()
+  return out
+
+
 def _binary(op):
   def fn(x, y):
+    x0, y0 = x, y
     x, y = _promote(x, y)
     out_shape = _np.broadcast_shapes(_np.shape(x), _np.shape(y))
     # Rank-0 operands need no broadcast: lax lets a scalar stand for all.
@@ -83,7 +96,7 @@ def _binary(op):
       x = broadcast_to(x, out_shape)
     if _np.ndim(y) and _np.shape(y) != out_shape:
       y = broadcast_to(y, out_shape)
-    return op(x, y)
+    return _weak(op(x, y), x0, y0)
   fn.__name__ = op.__name__
   return fn
 
@@ -97,7 +110,7 @@ _divide = _binary(lax.div)
 def divide(x, y):
   """True division: integers are divided as floats, as in NumPy."""
   if _np.issubdtype(result_type(x, y), _np.integer):
-    x, y = astype(x, float64), astype(y, float64)
+    return _weak(_divide(astype(x, float64), astype(y, float64)), x, y)
   return _divide(x, y)
 
 
@@ -111,8 +124,8 @@ def minimum(x, y):
 def _unary(op):
   def fn(x):
     if _np.issubdtype(result_type(x), _np.integer):
-      x = astype(x, float64)
-    return op(x)
+      return _weak(op(astype(x, float64)), x)
+    return _weak(op(x), x)
   fn.__name__ = op.__name__
   return fn
 
@@ -121,7 +134,7 @@ sin, cos, exp, log, tanh = map(_unary, (lax.sin, lax.cos, lax.exp, lax.log, lax.
 
 
 def negative(x):
-  return lax.neg(x)
+  return _weak(lax.neg(x), x)
 
 
 def abs(x):  # noqa: A001
@@ -220,6 +233,33 @@ def expand_dims(x, axis: int):
   return lax.reshape(x, shape)
 
 
+def dot(a, b):
+  """NumPy's dot: contract the last axis of `a` with the second-to-last of `b`."""
+  a, b = _promote(a, b)
+  if _np.ndim(a) == 0 or _np.ndim(b) == 0:
+    return multiply(a, b)
+  rc = 0 if _np.ndim(b) == 1 else _np.ndim(b) - 2
+  return lax.dot_general(a, b, (((_np.ndim(a) - 1,), (rc,)), ((), ())))
+
+
+def matmul(a, b):
+  """`a @ b`: like dot, but leading axes of stacked matrices are batch axes."""
+  a, b = _promote(a, b)
+  na, nb = _np.ndim(a), _np.ndim(b)
+  if na == 0 or nb == 0:
+    raise ValueError("matmul: operands must not be scalars; use multiply")
+  if nb <= 2:
+    return dot(a, b)
+  batch_shape = _np.broadcast_shapes(_np.shape(a)[:-2], _np.shape(b)[:-2])
+  if na == 1:   # a vector times a stack of matrices: (k,) @ (..., k, m)
+    return lax.dot_general(a, b, (((0,), (nb - 2,)), ((), ())))
+  a = broadcast_to(a, (*batch_shape, *_np.shape(a)[-2:]))
+  b = broadcast_to(b, (*batch_shape, *_np.shape(b)[-2:]))
+  nbatch = len(batch_shape)
+  batch = tuple(range(nbatch))
+  return lax.dot_general(a, b, (((nbatch + 1,), (nbatch,)), (batch, batch)))
+
+
 # --- Operators and methods of Tracers (as jax/_src/numpy/array_methods.py) -----------
 
 def _swap(f):
@@ -232,6 +272,7 @@ def _install_tracer_methods(cls):
   cls.__mul__, cls.__rmul__ = multiply, _swap(multiply)
   cls.__truediv__, cls.__rtruediv__ = divide, _swap(divide)
   cls.__pow__, cls.__rpow__ = power, _swap(power)
+  cls.__matmul__, cls.__rmatmul__ = matmul, _swap(matmul)
   cls.__neg__ = negative
   cls.__pos__ = lambda self: self
   cls.__gt__, cls.__lt__ = greater, less

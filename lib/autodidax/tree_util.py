@@ -76,6 +76,9 @@ class PyTreeDef(NamedTuple):
                 (other.node_type and other.node_type.name)
             and self.aux_data == other.aux_data and self.children == other.children)
 
+  def __ne__(self, other):   # not tuple's, which compares the node functions
+    return not self == other
+
   def __hash__(self):
     return hash((self.node_type and self.node_type.name, self.aux_data, self.children))
 
@@ -158,12 +161,12 @@ def broadcast_prefix(prefix, tree, what: str = "prefix") -> list:
     nt_t = _node_type(t)
     p_kids, p_aux = nt_p.flatten(p)
     if nt_t is None or nt_t.name != nt_p.name:
-      raise ValueError(f"{what} {p!r} doesn't match the structure of the "
-                       f"arguments {tree_structure(t)}")
+      raise ValueError(f"{what} {p!r} doesn't match the structure "
+                       f"{tree_structure(t)} it applies to")
     t_kids, t_aux = nt_t.flatten(t)
     if p_aux != t_aux or len(p_kids) != len(t_kids):
-      raise ValueError(f"{what} {p!r} doesn't match the structure of the "
-                       f"arguments {tree_structure(t)}")
+      raise ValueError(f"{what} {p!r} doesn't match the structure "
+                       f"{tree_structure(t)} it applies to")
     for pc, tc in zip(p_kids, t_kids):
       go(pc, tc)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import html
 import os
+import re
 import shutil
 import sys
 from contextlib import contextmanager
@@ -265,3 +266,144 @@ def record():
   rec = Recording()
   with core.observe_binds(rec.events.append):
     yield rec
+
+
+# --- Jaxprs as dataflow graphs ------------------------------------------------------------
+
+def jaxpr_graph(jaxpr, title: str | None = None, max_eqns: int = 200):
+  """Inputs, constvars, one node per equation (literals shown inline), outputs."""
+  from .jaxpr import ClosedJaxpr, Lit, _has_jaxpr, _Names, _fmt_literal, _pp_param
+  if isinstance(jaxpr, ClosedJaxpr):
+    jaxpr = jaxpr.jaxpr
+  names = _Names()
+  g = _digraph("jaxpr", rankdir="TB", nodesep="0.2", ranksep="0.3")
+  if title:
+    g.attr(label=title, labelloc="t")
+  producer = {}   # Var -> node id
+
+  def var_label(v):
+    return f"{names[v]}:{v.aval.str_short()}"
+
+  for v in jaxpr.constvars:
+    producer[v] = f"v{id(v)}"
+    g.node(producer[v], f"const {var_label(v)}", shape="box", style="filled,dashed",
+           fillcolor="#eeeeee")
+  with g.subgraph(name="inputs") as s:
+    s.attr(rank="source")
+    for v in jaxpr.invars:
+      producer[v] = f"v{id(v)}"
+      s.node(producer[v], var_label(v), shape="ellipse", style="filled",
+             fillcolor="#d4edda")
+  for i, eqn in enumerate(jaxpr.eqns[:max_eqns]):
+    node = f"e{i}"
+    lits = [_fmt_literal(x.val) for x in eqn.inputs if isinstance(x, Lit)]
+    params = ", ".join(f"{k}={_pp_param(v, names, 0)}" for k, v in sorted(eqn.params.items())
+                       if not _has_jaxpr(v))
+    label = f"<<b>{html.escape(eqn.primitive.name)}</b>"
+    if lits:
+      label += f" {html.escape(' '.join(lits))}"
+    if params:
+      label += f'<br/><font point-size="9">{html.escape(params)[:60]}</font>'
+    outs = ", ".join(var_label(v) for v in eqn.out_binders)
+    label += f'<br/><font point-size="9" color="#555555">{html.escape(outs)}</font>>'
+    g.node(node, label, shape="box", style="rounded,filled", fillcolor="#cfe2ff")
+    for x in eqn.inputs:
+      if not isinstance(x, Lit) and x in producer:
+        g.edge(producer[x], node)
+    for v in eqn.out_binders:
+      producer[v] = node
+  if len(jaxpr.eqns) > max_eqns:
+    g.node("more", f"... {len(jaxpr.eqns) - max_eqns} more equations", shape="plaintext")
+  with g.subgraph(name="outputs") as s:
+    s.attr(rank="sink")
+    for k, x in enumerate(jaxpr.outvars):
+      label = f"out {k}: " + (_fmt_literal(x.val) if isinstance(x, Lit) else var_label(x))
+      s.node(f"out{k}", label, shape="ellipse", peripheries="2", style="filled",
+             fillcolor="#fff3cd")
+      if not isinstance(x, Lit) and x in producer:
+        g.edge(producer[x], f"out{k}")
+  return g
+
+
+class SideBySide:
+  """Texts in columns, e.g. our jaxpr beside `str(jax.make_jaxpr(f)(x))`."""
+
+  def __init__(self, *columns, titles=None):
+    self.columns = [re.sub(r"\x1b\[[0-9;]*m", "", str(c)) for c in columns]  # no ANSI colours
+    self.titles = list(titles or [f"#{i}" for i in range(len(columns))])
+
+  def _repr_html_(self):
+    cols = "".join(
+        f'<div style="flex:1;min-width:0"><div style="font-weight:bold">{html.escape(t)}</div>'
+        f'<pre style="white-space:pre;overflow-x:auto;font-size:12px">{html.escape(c)}</pre></div>'
+        for t, c in zip(self.titles, self.columns))
+    return f'<div style="display:flex;gap:12px">{cols}</div>'
+
+  def __repr__(self):
+    return "\n\n".join(f"--- {t}\n{c}" for t, c in zip(self.titles, self.columns))
+
+
+def side_by_side(*columns, titles=("autodidax", "JAX")):
+  return SideBySide(*columns, titles=titles)
+
+
+def explorer(examples: dict, make):
+  """A kernel-free widget: pick an example, see what `make(fn)` renders.
+
+  `examples` maps a name to a function of no arguments returning what to show
+  (anything with an HTML or SVG representation). Every choice is rendered up
+  front and the dropdown is linked in the browser.
+  """
+  import ipywidgets as w
+  names = list(examples)
+  panes = [w.HTML(_as_html(make(examples[n]))) for n in names]
+  stack = w.Stack(panes, selected_index=0)
+  pick = w.Dropdown(options=names, index=0, description="example")
+  w.jslink((pick, "index"), (stack, "selected_index"))
+  return w.VBox([pick, stack])
+
+
+def _as_html(obj) -> str:
+  if isinstance(obj, (list, tuple)):
+    return '<div style="display:flex;gap:16px;align-items:flex-start">' + "".join(
+        f"<div>{_as_html(o)}</div>" for o in obj) + "</div>"
+  if hasattr(obj, "pipe"):          # a graphviz graph
+    svg = obj.pipe(format="svg").decode()
+    return svg[svg.index("<svg"):]
+  if hasattr(obj, "_repr_html_"):
+    return obj._repr_html_()
+  return f"<pre>{html.escape(str(obj))}</pre>"
+
+
+# --- The jit pipeline -----------------------------------------------------------------------
+
+def jit_pipeline(jitted, *args):
+  """Python function -> jaxpr -> StableHLO -> optimized HLO -> executable, for
+  `jitted(*args)`, with the sizes of each stage and the state of both caches."""
+  lowered = jitted.lower(*args)
+  compiled = lowered.compile()
+  jaxpr = lowered.jaxpr
+  stablehlo = lowered.as_text()
+  hlo = compiled.as_text()
+  fused = hlo.count("fused_computation") + hlo.count("%fusion")
+  g = _digraph("pipeline", rankdir="LR", nodesep="0.3")
+  g.attr("node", shape="box", style="rounded,filled", fillcolor="#f8f9fa")
+  name = getattr(jitted, "__name__", "f")
+  g.node("py", f"<<b>Python function</b><br/>{html.escape(name)}(...)>", fillcolor="#e8e8e8")
+  g.node("jaxpr", f"<<b>jaxpr</b><br/>{len(jaxpr.eqns)} equations>", fillcolor="#d4edda")
+  g.node("shlo", f"<<b>StableHLO</b><br/>{stablehlo.count(' = stablehlo.')} ops>",
+         fillcolor="#cfe2ff")
+  g.node("hlo", f"<<b>optimized HLO</b><br/>{max(fused, 0)} fusion mentions>",
+         fillcolor="#ffe5b4")
+  g.node("exe", "<<b>executable</b><br/>on " + html.escape(compiled._exe.platform) + ">",
+         fillcolor="#f8d7da")
+  g.edge("py", "jaxpr", label="trace\n(make_jaxpr)")
+  g.edge("jaxpr", "shlo", label="lower\n(lowering rules)")
+  g.edge("shlo", "hlo", label="XLA passes")
+  g.edge("hlo", "exe", label="codegen")
+  g.node("cache", f"<<b>caches</b><br/>traces: {jitted.trace_count}<br/>"
+                  f"specializations: {len(jitted._cache)}>",
+         shape="note", fillcolor="#fff3cd")
+  g.edge("cache", "jaxpr", style="dashed", arrowhead="none")
+  g.edge("cache", "exe", style="dashed", arrowhead="none")
+  return g

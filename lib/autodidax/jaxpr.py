@@ -1,0 +1,285 @@
+"""Jaxprs: the typed, first-order, A-normal-form IR that tracing produces.
+
+    { lambda a:f32[3]; b:f32[]. let c:f32[3] = mul a b in (c,) }
+             constvars   invars     equations          outvars
+
+This module holds the data structures, the type checker, an evaluator written
+with `bind` (so evaluating a jaxpr is itself traceable), and the printer.
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Any, NamedTuple, Union
+
+import numpy as np
+
+from .core import (MissingRuleError, Primitive, ShapedArray, abstract_eval_rules,
+                   bind, get_aval, raise_to_shaped)
+
+
+def as_shaped(aval) -> ShapedArray:
+  """`raise_to_shaped`, but a ShapedArray is kept as it is, not copied: avals
+  are never mutated, so sharing one is safe (and staging makes many)."""
+  return aval if type(aval) is ShapedArray else raise_to_shaped(aval)
+
+
+class Var:
+  """A variable, bound exactly once. Its name is given when printed."""
+  __slots__ = ["aval"]
+
+  def __init__(self, aval: ShapedArray):
+    self.aval = as_shaped(aval)
+
+  def __repr__(self):
+    return f"Var({self.aval.str_short()})"
+
+
+class Lit:
+  """A literal: a scalar constant written inline in an equation."""
+  __slots__ = ["val", "aval"]
+
+  def __init__(self, val, aval: ShapedArray | None = None):
+    self.val = val   # `aval`, if given, is val's (saves recomputing it)
+    self.aval = raise_to_shaped(get_aval(val)) if aval is None else as_shaped(aval)
+
+  def __repr__(self):
+    return f"Lit({_fmt_literal(self.val)})"
+
+
+Atom = Union[Var, Lit]
+
+
+class JaxprEqn(NamedTuple):
+  primitive: Primitive
+  inputs: list          # of Atom
+  params: dict
+  out_binders: list     # of Var
+
+
+class Jaxpr:
+  """`constvars` and `invars` are both inputs; constvars are, by convention,
+  bound to the constants a ClosedJaxpr carries."""
+
+  def __init__(self, constvars, invars, eqns, outvars):
+    self.constvars, self.invars = list(constvars), list(invars)
+    self.eqns, self.outvars = list(eqns), list(outvars)
+
+  in_avals = property(lambda self: [v.aval for v in self.invars])
+  out_avals = property(lambda self: [x.aval for x in self.outvars])
+
+  def __repr__(self):
+    return pp_jaxpr(self)
+
+  def _repr_html_(self):
+    return _pre_html(pp_jaxpr(self))
+
+
+class ClosedJaxpr:
+  """A jaxpr together with the values of its constvars."""
+
+  def __init__(self, jaxpr: Jaxpr, consts):
+    assert len(jaxpr.constvars) == len(consts)
+    self.jaxpr, self.consts = jaxpr, list(consts)
+
+  in_avals = property(lambda self: self.jaxpr.in_avals)
+  out_avals = property(lambda self: self.jaxpr.out_avals)
+  eqns = property(lambda self: self.jaxpr.eqns)
+
+  def __call__(self, *args):
+    return eval_jaxpr(self.jaxpr, self.consts, *args)
+
+  def __repr__(self):
+    return pp_jaxpr(self.jaxpr)
+
+  def _repr_html_(self):
+    return _pre_html(pp_jaxpr(self.jaxpr))
+
+
+def _pre_html(text: str) -> str:
+  import html
+  return f'<pre class="jaxpr">{html.escape(text)}</pre>'
+
+
+# --- Type checking ------------------------------------------------------------------------
+
+class JaxprTypeError(TypeError):
+  pass
+
+
+class JaxprType(NamedTuple):
+  in_types: list
+  out_types: list
+
+  def __repr__(self):
+    ins = ", ".join(a.str_short() for a in self.in_types)
+    outs = ", ".join(a.str_short() for a in self.out_types)
+    return f"({ins}) -> ({outs})"
+
+
+def typecheck_jaxpr(jaxpr: Jaxpr) -> JaxprType:
+  """Check binding (each variable bound once, before use) and types
+  (each equation's output binders match its primitive's abstract eval)."""
+  names = _Names()   # the names pp_jaxpr would print
+  for v in jaxpr.constvars + jaxpr.invars + [v for e in jaxpr.eqns for v in e.out_binders]:
+    names[v]
+  env: set = set()
+
+  def bind_var(v: Var, where: str):
+    if v in env:
+      raise JaxprTypeError(f"variable {names[v]} is bound twice ({where})")
+    env.add(v)
+
+  for v in jaxpr.constvars + jaxpr.invars:
+    bind_var(v, "as an input")
+  for eqn in jaxpr.eqns:
+    where = f"in equation `{pp_eqn(eqn, names)}`"
+    in_types = [typecheck_atom(env, x, names, where) for x in eqn.inputs]
+    try:
+      out_types = abstract_eval_rules[eqn.primitive](*in_types, **eqn.params)
+    except MissingRuleError:
+      raise
+    except Exception as e:
+      raise JaxprTypeError(f"{where}: {e}") from None
+    if not eqn.primitive.multiple_results:
+      out_types = [out_types]
+    if len(out_types) != len(eqn.out_binders):
+      raise JaxprTypeError(f"{where}: {eqn.primitive.name} produces "
+                           f"{len(out_types)} outputs, but {len(eqn.out_binders)} are bound")
+    for v, t in zip(eqn.out_binders, out_types):
+      if raise_to_shaped(t) != v.aval:
+        raise JaxprTypeError(
+            f"{where}: {names[v]} is declared {v.aval.str_short()} but "
+            f"{eqn.primitive.name} produces {t.str_short()}")
+    for v in eqn.out_binders:
+      bind_var(v, where)
+  out_types = [typecheck_atom(env, x, names, "in the outputs") for x in jaxpr.outvars]
+  return JaxprType([v.aval for v in jaxpr.invars], out_types)
+
+
+def typecheck_atom(env: set, x: Atom, names=None, where: str = "") -> ShapedArray:
+  if isinstance(x, Var):
+    if x not in env:
+      name = names[x] if names is not None else repr(x)
+      raise JaxprTypeError(f"{where}: variable {name} is unbound (used before "
+                           "it is defined, or never defined)")
+    return x.aval
+  if isinstance(x, Lit):
+    return x.aval
+  raise JaxprTypeError(f"{where}: {x!r} is not an atom (a Var or a Lit)")
+
+
+# --- Evaluation ---------------------------------------------------------------------------
+
+def eval_jaxpr(jaxpr: Jaxpr, consts, *args) -> list:
+  """Run a jaxpr. It binds every primitive, so it can itself be transformed."""
+  env: dict = {}
+
+  def read(x: Atom):
+    return x.val if type(x) is Lit else env[x]
+
+  def write(v: Var, val):
+    env[v] = val
+
+  for v, val in itertools.chain(zip(jaxpr.constvars, consts), zip(jaxpr.invars, args)):
+    write(v, val)
+  for eqn in jaxpr.eqns:
+    outs = bind(eqn.primitive, *map(read, eqn.inputs), **eqn.params)
+    for v, val in zip(eqn.out_binders, outs):
+      write(v, val)
+  return [read(x) for x in jaxpr.outvars]
+
+
+def jaxpr_as_fun(closed: ClosedJaxpr):
+  return lambda *args: eval_jaxpr(closed.jaxpr, closed.consts, *args)
+
+
+# --- Printing -------------------------------------------------------------------------------
+
+class _Names:
+  """Names a, b, ..., z, ba, bb, ... in order of first appearance."""
+
+  def __init__(self):
+    self._names: dict = {}
+
+  def __getitem__(self, v: Var) -> str:
+    if v not in self._names:
+      self._names[v] = _nth_name(len(self._names))
+    return self._names[v]
+
+
+def _nth_name(n: int) -> str:
+  letters = "abcdefghijklmnopqrstuvwxyz"
+  s = letters[n % 26]
+  n //= 26
+  while n:
+    s = letters[n % 26] + s
+    n //= 26
+  return s
+
+
+def _fmt_literal(val) -> str:
+  v = np.asarray(val)
+  if v.dtype == np.bool_:
+    return str(bool(v))
+  if np.issubdtype(v.dtype, np.floating):
+    return repr(float(v))
+  return str(int(v))
+
+
+def _pp_atom(x: Atom, names: _Names) -> str:
+  if isinstance(x, Lit):
+    return f"{_fmt_literal(x.val)}:{x.aval.str_short()}"
+  return names[x]
+
+
+def _pp_param(v, names: "_Names", indent: int) -> str:
+  if isinstance(v, np.dtype):
+    return v.name
+  if isinstance(v, str):
+    return v
+  if isinstance(v, (Jaxpr, ClosedJaxpr)):
+    inner = v.jaxpr if isinstance(v, ClosedJaxpr) else v
+    return pp_jaxpr(inner, indent=indent, names=names)
+  if isinstance(v, tuple) and v and all(isinstance(e, (Jaxpr, ClosedJaxpr)) for e in v):
+    pad = " " * (indent + 2)
+    return "(\n" + "\n".join(pad + _pp_param(e, names, indent + 2) for e in v) + "\n" + " " * indent + ")"
+  if isinstance(v, tuple):
+    return "(" + ", ".join(map(str, v)) + ("," if len(v) == 1 else "") + ")"
+  return repr(v)
+
+
+def _has_jaxpr(v) -> bool:
+  return isinstance(v, (Jaxpr, ClosedJaxpr)) or (
+      isinstance(v, tuple) and any(isinstance(e, (Jaxpr, ClosedJaxpr)) for e in v))
+
+
+def pp_eqn(eqn: JaxprEqn, names: _Names, indent: int = 4) -> str:
+  """One equation. Params holding jaxprs go one per line, as JAX prints them."""
+  lhs = " ".join(f"{names[v]}:{v.aval.str_short()}" for v in eqn.out_binders)
+  args = " ".join(_pp_atom(x, names) for x in eqn.inputs)
+  items = sorted(eqn.params.items())
+  if any(_has_jaxpr(v) for _, v in items):
+    pad = " " * (indent + 2)
+    lines = "\n".join(f"{pad}{k}={_pp_param(v, names, indent + 2)}" for k, v in items)
+    params = f"[\n{lines}\n{' ' * indent}]"
+  else:
+    params = " ".join(f"{k}={_pp_param(v, names, indent)}" for k, v in items)
+    params = f"[{params}]" if params else ""
+  return f"{lhs} = {eqn.primitive.name}{params} {args}"
+
+
+def pp_jaxpr(jaxpr: Jaxpr, width: int = 80, indent: int = 0, names: _Names | None = None) -> str:
+  """Print like JAX: on one line when it fits in `width`, else one equation a
+  line. `indent` is the column the jaxpr starts at (for nested jaxprs)."""
+  names = names or _Names()
+  binders = lambda vs: " ".join(f"{names[v]}:{v.aval.str_short()}" for v in vs)
+  head = f"{{ lambda {binders(jaxpr.constvars)}; {binders(jaxpr.invars)}. let"
+  eqns = [pp_eqn(e, names, indent + 4) for e in jaxpr.eqns]
+  outs = ", ".join(_pp_atom(x, names) for x in jaxpr.outvars)
+  outs = f"({outs}{',' if len(jaxpr.outvars) == 1 else ''})"
+  one_line = f"{head} {'; '.join(eqns)} in {outs} }}"
+  if len(one_line) + indent <= width and "\n" not in one_line:
+    return one_line
+  pad = " " * indent
+  body = "\n".join(f"{pad}    {e}" for e in eqns)
+  return f"{head}\n{body}\n{pad}  in {outs} }}"

@@ -1,0 +1,318 @@
+"""Lowering jaxprs to StableHLO, the input language of the XLA compiler.
+
+Lowering is one more jaxpr interpreter: it walks the equations and, instead of
+computing values, writes MLIR text, one StableHLO operation (or a few) per
+equation. The text goes to runtime.compile, the only place we touch jaxlib.
+
+    module @jit_f {
+      func.func public @main(%arg0: tensor<3xf32>) -> (tensor<3xf32>) {
+        %0 = stablehlo.sine %arg0 : tensor<3xf32>
+        return %0 : tensor<3xf32>
+      }
+    }
+"""
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+
+from . import lax
+from .core import RuleTable, ShapedArray
+from .jaxpr import Jaxpr, Lit, Var
+
+lowering_rules = RuleTable(
+    "Lowering", "Register one with `lowering.register_lowering(prim, rule)`.")
+
+
+def register_lowering(prim, rule):
+  """`rule(ctx, *operands, **params)` emits ops and returns the result name(s)."""
+  lowering_rules[prim] = rule
+  return rule
+
+
+# --- Types and constants ---------------------------------------------------------------------
+
+_MLIR_DTYPES = {"float16": "f16", "float32": "f32", "float64": "f64", "bool": "i1",
+                "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
+                "uint8": "ui8", "uint32": "ui32", "uint64": "ui64"}
+
+
+def mlir_type(aval) -> str:
+  """`f32[3,4]` is `tensor<3x4xf32>`; a scalar is `tensor<f32>`."""
+  dtype = _MLIR_DTYPES[np.dtype(aval.dtype).name]
+  return f"tensor<{''.join(f'{d}x' for d in aval.shape)}{dtype}>"
+
+
+def _mlir_scalar(val, dtype) -> str:
+  dtype = np.dtype(dtype)
+  if dtype == np.bool_:
+    return "true" if val else "false"
+  if np.issubdtype(dtype, np.integer):
+    return str(int(val))
+  v = float(val)
+  if math.isfinite(v):
+    return repr(v) if "e" in repr(v) or "." in repr(v) else f"{v:.1f}"
+  bits = np.array(v, dtype).view(f"u{dtype.itemsize}")   # MLIR writes inf/nan in hex
+  return f"0x{int(bits):0{2 * dtype.itemsize}X}"
+
+
+def dense_literal(x: np.ndarray) -> str:
+  """A `dense<...>` attribute holding the array `x`."""
+  x = np.asarray(x)
+  flat = x.ravel()
+  if x.ndim == 0 or (flat.size and (flat == flat[0]).all()):   # one value for all
+    return f"dense<{_mlir_scalar(flat[0] if flat.size else 0, x.dtype)}>"
+
+  def nest(a):
+    return (_mlir_scalar(a, x.dtype) if a.ndim == 0
+            else "[" + ", ".join(nest(sub) for sub in a) + "]")
+  return f"dense<{nest(x)}>"
+
+
+# --- The lowering context ------------------------------------------------------------------
+
+class Module:
+  """A StableHLO module being written: its functions, by name."""
+
+  def __init__(self, name: str):
+    self.name = re.sub(r"\W", "_", name)   # an MLIR symbol: letters, digits, _
+    self.functions: list[str] = []
+    self._lowered: dict = {}   # id(jaxpr) -> private function name
+
+  def private_function(self, jaxpr: Jaxpr, name: str) -> str:
+    """Lower `jaxpr` once as a private function; returns its symbol."""
+    key = id(jaxpr)
+    if key not in self._lowered:
+      sym = re.sub(r"\W", "_", f"{name}_{len(self._lowered)}")
+      self._lowered[key] = (sym, jaxpr)   # keep jaxpr alive while its id is a key
+      self.functions.append(lower_function(self, jaxpr, sym, public=False))
+    return self._lowered[key][0]
+
+  def text(self) -> str:
+    body = "\n".join(self.functions)
+    return f"module @{self.name} {{\n{body}\n}}\n"
+
+
+class LoweringContext:
+  """Emits the ops of one function body, with fresh SSA names."""
+
+  def __init__(self, module: Module, counter: list | None = None):
+    self.module = module
+    self.lines: list[str] = []
+    self._counter = counter if counter is not None else [0]
+    self.avals_in: list = []
+    self.avals_out: list = []
+
+  def fresh(self) -> str:
+    self._counter[0] += 1
+    return f"%{self._counter[0] - 1}"
+
+  def emit(self, op: str, result: bool = True) -> str:
+    """Append `%N = op` (or just `op`), returning the new name."""
+    if not result:
+      self.lines.append(op)
+      return ""
+    name = self.fresh()
+    self.lines.append(f"{name} = {op}")
+    return name
+
+  def constant(self, val, dtype) -> str:
+    aval = ShapedArray(np.shape(val), dtype)
+    return self.emit(f"stablehlo.constant {dense_literal(np.asarray(val, dtype))} : {mlir_type(aval)}")
+
+  def convert(self, x: str, aval, dtype) -> str:
+    if np.dtype(aval.dtype) == np.dtype(dtype):
+      return x
+    return self.emit(f"stablehlo.convert {x} : ({mlir_type(aval)}) -> "
+                     f"{mlir_type(ShapedArray(aval.shape, dtype))}")
+
+  def broadcast_in_dim(self, x: str, aval, shape, dims) -> str:
+    if tuple(aval.shape) == tuple(shape):
+      return x
+    return self.emit(f"stablehlo.broadcast_in_dim {x}, dims = {list(dims)} : "
+                     f"({mlir_type(aval)}) -> {mlir_type(ShapedArray(shape, aval.dtype))}")
+
+  def sub_context(self) -> "LoweringContext":
+    return LoweringContext(self.module, self._counter)
+
+
+def lower_function(module: Module, jaxpr: Jaxpr, name: str, public: bool) -> str:
+  """One `func.func`: constvars then invars are its arguments."""
+  ctx = LoweringContext(module)
+  args = [(f"%arg{i}", v) for i, v in enumerate(jaxpr.constvars + jaxpr.invars)]
+  env = {v: n for n, v in args}
+  outs = lower_jaxpr_body(ctx, jaxpr, env)
+  sig = ", ".join(f"{n}: {mlir_type(v.aval)}" for n, v in args)
+  out_types = ", ".join(mlir_type(x.aval) for x in jaxpr.outvars)
+  ret = f"    return {', '.join(outs)} : {out_types}" if outs else "    return"
+  body = "\n".join(f"    {line}" for line in ctx.lines)
+  vis = "public" if public else "private"
+  return (f"  func.func {vis} @{name}({sig}) -> ({out_types}) {{\n"
+          f"{body + chr(10) if body else ''}{ret}\n  }}")
+
+
+def lower_jaxpr_body(ctx: LoweringContext, jaxpr: Jaxpr, env: dict) -> list[str]:
+  """Emit every equation; returns the names of the outputs."""
+
+  def read(x) -> str:
+    if isinstance(x, Lit):
+      return ctx.constant(x.val, x.aval.dtype)
+    return env[x]
+
+  for eqn in jaxpr.eqns:
+    operands = [read(x) for x in eqn.inputs]
+    ctx.avals_in = [x.aval for x in eqn.inputs]
+    ctx.avals_out = [v.aval for v in eqn.out_binders]
+    outs = lowering_rules[eqn.primitive](ctx, *operands, **eqn.params)
+    if not eqn.primitive.multiple_results:
+      outs = [outs]
+    for v, name in zip(eqn.out_binders, outs):
+      env[v] = name
+  return [read(x) for x in jaxpr.outvars]
+
+
+def lower_jaxpr(jaxpr: Jaxpr, name: str = "jit_fun") -> str:
+  """The module for a jaxpr: its constvars and invars become @main's arguments."""
+  module = Module(name)
+  module.functions.append(lower_function(module, jaxpr, "main", public=True))
+  return module.text()
+
+
+# --- Rules ---------------------------------------------------------------------------------------
+
+_BINARY_OPS = {lax.add_p: "add", lax.sub_p: "subtract", lax.mul_p: "multiply",
+               lax.div_p: "divide", lax.max_p: "maximum"}
+_COMPARISONS = {lax.greater_p: "GT", lax.less_p: "LT", lax.greater_equal_p: "GE",
+                lax.less_equal_p: "LE"}
+_UNARY_OPS = {lax.neg_p: "negate", lax.sin_p: "sine", lax.cos_p: "cosine",
+              lax.exp_p: "exponential", lax.log_p: "log", lax.tanh_p: "tanh"}
+
+
+def _prepare_binary_operands(ctx, x, y, name):
+  """Convert weakly-typed operands to the operation's dtype and broadcast a
+  rank-0 operand to the full shape: StableHLO wants identical types."""
+  ax, ay = ctx.avals_in
+  dtype, _ = lax._binary_dtype(name, ax, ay)
+  shape = ax.shape or ay.shape
+  x = ctx.convert(x, ax, dtype)
+  y = ctx.convert(y, ay, dtype)
+  x = ctx.broadcast_in_dim(x, ax.update(dtype=dtype), shape, [])
+  y = ctx.broadcast_in_dim(y, ay.update(dtype=dtype), shape, [])
+  return x, y, ShapedArray(shape, dtype)
+
+
+def _binary_lowering(op):
+  def rule(ctx, x, y):
+    x, y, aval = _prepare_binary_operands(ctx, x, y, op)
+    return ctx.emit(f"stablehlo.{op} {x}, {y} : {mlir_type(aval)}")
+  return rule
+
+
+def _compare_lowering(direction):
+  def rule(ctx, x, y):
+    x, y, aval = _prepare_binary_operands(ctx, x, y, direction)
+    kind = ("FLOAT" if np.issubdtype(aval.dtype, np.floating) else
+            "UNSIGNED" if np.issubdtype(aval.dtype, np.unsignedinteger) or aval.dtype == np.bool_
+            else "SIGNED")
+    t = mlir_type(aval)
+    return ctx.emit(f"stablehlo.compare {direction}, {x}, {y}, {kind} : ({t}, {t}) -> "
+                    f"{mlir_type(ctx.avals_out[0])}")
+  return rule
+
+
+def _unary_lowering(op):
+  def rule(ctx, x):
+    return ctx.emit(f"stablehlo.{op} {x} : {mlir_type(ctx.avals_out[0])}")
+  return rule
+
+
+for _p, _op in _BINARY_OPS.items():
+  register_lowering(_p, _binary_lowering(_op))
+for _p, _dir in _COMPARISONS.items():
+  register_lowering(_p, _compare_lowering(_dir))
+for _p, _op in _UNARY_OPS.items():
+  register_lowering(_p, _unary_lowering(_op))
+
+
+def _reduce_lowering(op, init):
+  """stablehlo.reduce with a region: the body combining two scalars."""
+  def rule(ctx, x, *, axes):
+    (aval,), (out,) = ctx.avals_in, ctx.avals_out
+    scalar = mlir_type(ShapedArray((), aval.dtype))
+    init_val = ctx.constant(init(aval.dtype), aval.dtype)
+    result = ctx.fresh()
+    a, b = ctx.fresh(), ctx.fresh()
+    body = ctx.fresh()
+    ctx.emit(f"{result} = stablehlo.reduce({x} init: {init_val}) across dimensions = "
+             f"{list(axes)} : ({mlir_type(aval)}, {scalar}) -> {mlir_type(out)}\n"
+             f"     reducer({a}: {scalar}, {b}: {scalar}) {{\n"
+             f"      {body} = stablehlo.{op} {a}, {b} : {scalar}\n"
+             f"      stablehlo.return {body} : {scalar}\n"
+             f"    }}", result=False)
+    return result
+  return rule
+
+
+def _lowest(dtype):
+  dtype = np.dtype(dtype)
+  if dtype == np.bool_:
+    return False
+  if np.issubdtype(dtype, np.integer):
+    return np.iinfo(dtype).min
+  return -np.inf
+
+
+register_lowering(lax.reduce_sum_p, _reduce_lowering("add", lambda dt: 0))
+register_lowering(lax.reduce_max_p, _reduce_lowering("maximum", _lowest))
+
+
+def _broadcast_lowering(ctx, x, *, shape, axes):
+  kept = [i for i in range(len(shape)) if i not in axes]   # where x's dims go
+  (aval,), (out,) = ctx.avals_in, ctx.avals_out
+  return ctx.emit(f"stablehlo.broadcast_in_dim {x}, dims = {kept} : "
+                  f"({mlir_type(aval)}) -> {mlir_type(out)}")
+
+
+def _transpose_lowering(ctx, x, *, permutation):
+  (aval,), (out,) = ctx.avals_in, ctx.avals_out
+  return ctx.emit(f"stablehlo.transpose {x}, dims = {list(permutation)} : "
+                  f"({mlir_type(aval)}) -> {mlir_type(out)}")
+
+
+def _reshape_lowering(ctx, x, *, new_sizes):
+  (aval,), (out,) = ctx.avals_in, ctx.avals_out
+  return ctx.emit(f"stablehlo.reshape {x} : ({mlir_type(aval)}) -> {mlir_type(out)}")
+
+
+def _convert_lowering(ctx, x, *, new_dtype):
+  (aval,), (out,) = ctx.avals_in, ctx.avals_out
+  if np.dtype(new_dtype) == np.bool_ and aval.dtype != np.bool_:
+    # NumPy's astype(bool) means "is nonzero"; say so explicitly.
+    zero = ctx.broadcast_in_dim(ctx.constant(0, aval.dtype), aval.update(shape=()), aval.shape, [])
+    t = mlir_type(aval)
+    kind = "FLOAT" if np.issubdtype(aval.dtype, np.floating) else "SIGNED"
+    return ctx.emit(f"stablehlo.compare NE, {x}, {zero}, {kind} : ({t}, {t}) -> {mlir_type(out)}")
+  return ctx.emit(f"stablehlo.convert {x} : ({mlir_type(aval)}) -> {mlir_type(out)}")
+
+
+register_lowering(lax.broadcast_p, _broadcast_lowering)
+register_lowering(lax.transpose_p, _transpose_lowering)
+register_lowering(lax.reshape_p, _reshape_lowering)
+register_lowering(lax.convert_element_type_p, _convert_lowering)
+
+
+def _dot_general_lowering(ctx, x, y, *, dimension_numbers):
+  (lc, rc), (lb, rb) = dimension_numbers
+  ax, ay = ctx.avals_in
+  dtype, _ = lax._binary_dtype("dot_general", ax, ay)
+  x, y = ctx.convert(x, ax, dtype), ctx.convert(y, ay, dtype)
+  batch = f"batching_dims = {list(lb)} x {list(rb)}, " if lb else ""
+  return ctx.emit(
+      f"stablehlo.dot_general {x}, {y}, {batch}contracting_dims = {list(lc)} x {list(rc)} : "
+      f"({mlir_type(ax.update(dtype=dtype))}, {mlir_type(ay.update(dtype=dtype))}) -> "
+      f"{mlir_type(ctx.avals_out[0])}")
+
+
+register_lowering(lax.dot_general_p, _dot_general_lowering)

@@ -1,0 +1,308 @@
+"""jit: stage a function out of Python into a jaxpr, compile it with XLA, run it.
+
+`jit` is an *initial-style* higher-order primitive: the whole function is traced
+to a jaxpr first, and that jaxpr travels as a parameter of one `xla_call`
+equation. Other transformations meet `xla_call` like any primitive, through its
+rules: jvp and vmap transform the inner jaxpr and bind a new `xla_call`.
+"""
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+
+from . import ad, batching, lowering, runtime
+from .core import (Primitive, ShapedArray, Tracer, abstract_eval_rules, array_types,
+                   impl_rules, raise_to_shaped)
+from .api import _abstractify, _split_static
+from .jaxpr import ClosedJaxpr, Jaxpr, eval_jaxpr, typecheck_jaxpr
+from .partial_eval import trace_to_jaxpr_dynamic
+from .tree_util import flatten_fun, tree_flatten, tree_unflatten
+
+xla_call_p = Primitive("xla_call", multiple_results=True)
+
+
+# --- Device-resident arrays --------------------------------------------------------------
+
+class Array:
+  """A result of `jit`, living on the device, that behaves like an ndarray.
+
+  Feeding it back into a jitted function hands XLA the device buffer directly;
+  anything else (printing, NumPy, eager ops) fetches it once and caches it.
+  """
+  __array_priority__ = 1000
+
+  def __init__(self, buf, aval: ShapedArray, platform: str):
+    self._buf, self.aval, self.platform = buf, raise_to_shaped(aval), platform
+    self._npy = None
+
+  shape = property(lambda self: self.aval.shape)
+  dtype = property(lambda self: self.aval.dtype)
+  ndim = property(lambda self: self.aval.ndim)
+  size = property(lambda self: self.aval.size)
+
+  def __array__(self, dtype=None, copy=None):
+    if self._npy is None:
+      self._npy = runtime.to_numpy(self._buf)
+    return self._npy if dtype is None else self._npy.astype(dtype)
+
+  def __repr__(self):
+    body = np.array2string(np.asarray(self), separator=", ", prefix="Array(")
+    return f"Array({body}, dtype={self.dtype.name})"
+
+  def __len__(self):
+    return len(np.asarray(self))
+
+  def __iter__(self):
+    return iter(np.asarray(self))
+
+  def __getitem__(self, idx):
+    return np.asarray(self)[idx]
+
+  def __bool__(self):
+    return bool(np.asarray(self))
+
+  def __float__(self):
+    return float(np.asarray(self))
+
+  def __int__(self):
+    return int(np.asarray(self))
+
+  def __format__(self, spec):
+    return format(np.asarray(self).item() if self.ndim == 0 else np.asarray(self), spec)
+
+
+array_types.add(Array)
+
+
+def device_buffer(x, aval, platform):
+  """The input handler: a device buffer for `x`, copying only host values."""
+  if type(x) is Array and x.platform == platform:
+    return x._buf
+  return runtime.device_put(np.asarray(x, aval.dtype), platform)
+
+
+# --- The primitive and its rules --------------------------------------------------------------
+
+def _platform(params):
+  return params.get("platform") or runtime.default_platform()
+
+
+_executables = weakref.WeakKeyDictionary()   # jaxpr -> {platform: Executable}
+
+
+def compile_jaxpr(jaxpr: Jaxpr, platform: str, name: str = "jit_fun"):
+  """Lower and compile `jaxpr` once per platform; later calls hit the cache."""
+  per_platform = _executables.setdefault(jaxpr, {})
+  if platform not in per_platform:
+    per_platform[platform] = runtime.compile(lowering.lower_jaxpr(jaxpr, name), platform)
+  return per_platform[platform]
+
+
+def _xla_call_impl(*args, jaxpr: Jaxpr, num_consts: int, **params):
+  platform = _platform(params)
+  exe = compile_jaxpr(jaxpr, platform, params.get("name", "jit_fun"))
+  bufs = [device_buffer(x, v.aval, platform) for x, v in zip(args, jaxpr.invars)]
+  return [Array(b, v.aval, platform) for b, v in zip(exe.execute(bufs), jaxpr.outvars)]
+
+
+impl_rules[xla_call_p] = _xla_call_impl
+
+
+def _xla_call_abstract_eval(*in_avals, jaxpr: Jaxpr, num_consts: int, **params):
+  for i, (a, v) in enumerate(zip(in_avals, jaxpr.invars)):
+    if a.shape != v.aval.shape or a.dtype != v.aval.dtype:
+      raise TypeError(f"xla_call: argument {i} is {a.str_short()} but the jaxpr "
+                      f"expects {v.aval.str_short()}")
+  return [raise_to_shaped(x.aval) for x in jaxpr.outvars]
+
+
+abstract_eval_rules[xla_call_p] = _xla_call_abstract_eval
+
+
+def _xla_call_lowering(ctx, *args, jaxpr: Jaxpr, num_consts: int, **params):
+  """jit of jit: the inner jaxpr becomes a private function, called by name."""
+  callee = ctx.module.private_function(jaxpr, params.get("name", "jit_fun"))
+  in_types = ", ".join(lowering.mlir_type(a) for a in ctx.avals_in)
+  out_types = ", ".join(lowering.mlir_type(a) for a in ctx.avals_out)
+  name, n = ctx.fresh(), len(ctx.avals_out)
+  ctx.emit(f"{name}{f':{n}' if n > 1 else ''} = func.call @{callee}({', '.join(args)}) "
+           f": ({in_types}) -> ({out_types})", result=False)
+  return [f"{name}#{i}" for i in range(n)] if n > 1 else [name]
+
+
+lowering.register_lowering(xla_call_p, _xla_call_lowering)
+
+
+def _cache(fn):
+  """Memoize a jaxpr -> jaxpr transformation on the jaxpr object (and args)."""
+  store = weakref.WeakKeyDictionary()
+
+  def cached(jaxpr, *args):
+    per_jaxpr = store.setdefault(jaxpr, {})
+    if args not in per_jaxpr:
+      per_jaxpr[args] = fn(jaxpr, *args)
+    return per_jaxpr[args]
+  return cached
+
+
+@_cache
+def jvp_jaxpr(jaxpr: Jaxpr) -> tuple[Jaxpr, list]:
+  """A jaxpr mapping (primals, tangents) to (primal outs, tangent outs)."""
+  n = len(jaxpr.invars)
+
+  def jvp_traceable(*primals_and_tangents):
+    primals, tangents = primals_and_tangents[:n], primals_and_tangents[n:]
+    outs, tangents_out = ad.jvp_flat(lambda *xs: eval_jaxpr(jaxpr, [], *xs), primals, tangents)
+    return [*outs, *tangents_out]
+
+  in_avals = jaxpr.in_avals
+  return closed_to_call_jaxpr(*trace_to_jaxpr_dynamic(jvp_traceable, in_avals + in_avals))
+
+
+def _xla_call_jvp(primals, tangents, *, jaxpr, num_consts, **params):
+  new_jaxpr, new_consts = jvp_jaxpr(jaxpr)
+  tangents = [ad.instantiate_zeros(t) for t in tangents]
+  outs = xla_call_p.bind(*new_consts, *primals, *tangents, jaxpr=new_jaxpr,
+                         num_consts=len(new_consts), **params)
+  n = len(outs) // 2
+  return outs[:n], outs[n:]
+
+
+ad.jvp_rules[xla_call_p] = _xla_call_jvp
+
+
+@_cache
+def vmap_jaxpr(jaxpr: Jaxpr, axis_size: int, bdims_in: tuple) -> tuple[Jaxpr, list]:
+  """A jaxpr for the batched computation; every output is batched along axis 0."""
+  bdims = [batching.not_mapped if d is None else d for d in bdims_in]
+
+  def batched(*args):
+    outs, out_dims, _ = batching.vmap_flat(lambda *xs: eval_jaxpr(jaxpr, [], *xs), bdims, *args)
+    return [batching.move_batch_axis(axis_size, d, 0, x) for x, d in zip(outs, out_dims)]
+
+  in_avals = [a if d is None else a.update(shape=a.shape[:d] + (axis_size,) + a.shape[d:])
+              for a, d in zip(jaxpr.in_avals, bdims_in)]
+  return closed_to_call_jaxpr(*trace_to_jaxpr_dynamic(batched, in_avals))
+
+
+def _xla_call_vmap(axis_size, vals_in, dims_in, *, jaxpr, num_consts, **params):
+  dims = tuple(None if d is batching.not_mapped else d for d in dims_in)
+  new_jaxpr, new_consts = vmap_jaxpr(jaxpr, axis_size, dims)
+  outs = xla_call_p.bind(*new_consts, *vals_in, jaxpr=new_jaxpr,
+                         num_consts=len(new_consts), **params)
+  return outs, [0] * len(outs)
+
+
+batching.vmap_rules[xla_call_p] = _xla_call_vmap
+
+
+def closed_to_call_jaxpr(jaxpr: Jaxpr, consts) -> tuple[Jaxpr, list]:
+  """Make constvars ordinary leading inputs, as xla_call wants them."""
+  return Jaxpr([], jaxpr.constvars + jaxpr.invars, jaxpr.eqns, jaxpr.outvars), list(consts)
+
+
+# --- The user-facing jit ------------------------------------------------------------------
+
+class _Traced:
+  """One specialization of a jitted function: its jaxpr, consts, output tree."""
+
+  def __init__(self, jaxpr, consts, out_tree):
+    self.jaxpr, self.consts, self.out_tree = jaxpr, consts, out_tree
+
+
+class jit:
+  """`jit(f)(*args)`: trace `f` once per input signature, compile, and run it.
+
+  Arguments in `static_argnums` are part of the signature by value (they must
+  be hashable). `platform` picks the XLA backend ('cpu', 'gpu'); the default
+  comes from $AUTODIDAX_PLATFORM, else 'cpu'.
+  """
+
+  def __init__(self, fun, static_argnums=(), platform: str | None = None):
+    self.fun = fun
+    self.static_argnums = ((static_argnums,) if isinstance(static_argnums, int)
+                           else tuple(static_argnums))
+    self.platform = platform
+    self.trace_count = 0
+    self._cache: dict = {}
+    self.__name__ = getattr(fun, "__name__", "fun")
+    self.__doc__ = getattr(fun, "__doc__", None)
+
+  def _specialize(self, args) -> tuple[_Traced, list]:
+    fun_dyn, dyn_args = _split_static(self.fun, args, self.static_argnums)
+    statics = tuple(args[i] for i in self.static_argnums)
+    try:
+      hash(statics)
+    except TypeError:
+      raise TypeError(f"jit: static arguments must be hashable, got {statics!r}: "
+                      "pass tuples instead of lists or arrays") from None
+    args_flat, in_tree = tree_flatten(dyn_args)
+    in_avals = tuple(_abstractify(x) for x in args_flat)
+    key = (in_tree, in_avals, statics)
+    traced = self._cache.get(key)
+    if traced is None:
+      flat_fun, out_tree = flatten_fun(fun_dyn, in_tree)
+      jaxpr, consts = closed_to_call_jaxpr(*trace_to_jaxpr_dynamic(flat_fun, in_avals))
+      typecheck_jaxpr(jaxpr)
+      traced = _Traced(jaxpr, consts, out_tree())
+      self.trace_count += 1
+      if not any(isinstance(c, Tracer) for c in consts):   # outer tracers go stale
+        self._cache[key] = traced
+    return traced, args_flat
+
+  def _params(self, traced):
+    params = dict(jaxpr=traced.jaxpr, num_consts=len(traced.consts), name=f"jit_{self.__name__}")
+    if self.platform:
+      params["platform"] = self.platform
+    return params
+
+  def __call__(self, *args):
+    traced, args_flat = self._specialize(args)
+    outs = xla_call_p.bind(*traced.consts, *args_flat, **self._params(traced))
+    return tree_unflatten(traced.out_tree, outs)
+
+  def lower(self, *args) -> "Lowered":
+    """Ahead of time: trace and lower for these arguments (or specs), no run."""
+    traced, _ = self._specialize(args)
+    return Lowered(traced, self._params(traced))
+
+  def __repr__(self):
+    return f"jit({self.__name__})"
+
+
+class Lowered:
+  def __init__(self, traced: _Traced, params: dict):
+    self._traced, self._params = traced, params
+
+  @property
+  def jaxpr(self) -> ClosedJaxpr:
+    j = self._traced.jaxpr
+    n = self._params["num_consts"]
+    return ClosedJaxpr(Jaxpr(j.invars[:n], j.invars[n:], j.eqns, j.outvars),
+                       self._traced.consts)
+
+  def as_text(self) -> str:
+    """The StableHLO module we hand to XLA."""
+    return lowering.lower_jaxpr(self._traced.jaxpr, self._params["name"])
+
+  def compile(self) -> "Compiled":
+    return Compiled(self._traced, self._params)
+
+
+class Compiled:
+  def __init__(self, traced: _Traced, params: dict):
+    self._traced, self._params = traced, params
+    self._exe = compile_jaxpr(traced.jaxpr, _platform(params), params["name"])
+
+  def as_text(self) -> str:
+    """XLA's optimized HLO: what actually runs, after fusion."""
+    return self._exe.hlo_text()
+
+  def cost_analysis(self) -> dict:
+    return self._exe.cost_analysis()
+
+  def __call__(self, *args):
+    args_flat, _ = tree_flatten(args)
+    outs = xla_call_p.bind(*self._traced.consts, *args_flat, **self._params)
+    return tree_unflatten(self._traced.out_tree, outs)
