@@ -8,8 +8,9 @@ from __future__ import annotations
 import numpy as np
 
 from . import lax
-from .core import (MainTrace, RuleTable, Trace, Tracer, check_live, full_lower,
+from .core import (MainTrace, RuleTable, Trace, Tracer, bind, check_live, full_lower,
                    full_raise, get_aval, new_main, raise_to_shaped)
+from .jaxpr import Lit, Var
 from .lax import (add_p, broadcast_p, convert_element_type_p, cos_p, div_p,
                   exp_p, log_p, max_p, mul_p, neg_p, reduce_max_p, reduce_sum_p,
                   reshape_p, sin_p, sub_p, tanh_p, transpose_p)
@@ -240,3 +241,161 @@ jvp_rules[convert_element_type_p] = _convert_element_type_jvp
 defjvp(lax.dot_general_p,
        lambda x_dot, x, y, *, dimension_numbers: lax.dot_general(x_dot, y, dimension_numbers),
        lambda y_dot, x, y, *, dimension_numbers: lax.dot_general(x, y_dot, dimension_numbers))
+
+
+# --- Transposition: running a linear jaxpr backwards (Part 4) ----------------------------------
+
+class UndefPrimal:
+  """A linear input of a jaxpr being transposed: only its type is known."""
+  __slots__ = ["aval"]
+
+  def __init__(self, aval):
+    self.aval = raise_to_shaped(aval)
+
+  def __repr__(self):
+    return f"UndefPrimal({self.aval.str_short()})"
+
+
+def is_undefined_primal(x) -> bool:
+  return type(x) is UndefPrimal
+
+
+transpose_rules = RuleTable(
+    "Transpose", "Register one with `ad.transpose_rules[prim] = rule`; the rule "
+    "gets (cotangent, *operands) with UndefPrimal for the linear operands.")
+
+
+def backward_pass(jaxpr, args, cts) -> list:
+  """Cotangents for the UndefPrimal entries of `args` (constvars then invars),
+  given cotangents `cts` for the outputs. Zero cotangents stay symbolic, so
+  parts of the jaxpr that don't reach an output cost nothing."""
+  from .core import bind
+  from .jaxpr import Lit, Var
+  primal_env: dict = {}
+  ct_env: dict = {}
+
+  def read_primal(x):
+    if type(x) is Lit:
+      return x.val
+    return primal_env.get(x, UndefPrimal(x.aval))
+
+  def write_cotangent(x, ct):
+    if type(x) is not Var or ct is None or type(ct) is Zero:
+      return
+    ct_env[x] = add_tangents(ct_env[x], ct) if x in ct_env else ct
+
+  for v, val in zip(jaxpr.constvars + jaxpr.invars, args):
+    if not is_undefined_primal(val):
+      primal_env[v] = val
+  # Forward: equations that don't touch a linear input are evaluated as usual.
+  linear_eqns = []
+  for eqn in jaxpr.eqns:
+    ins = [read_primal(x) for x in eqn.inputs]
+    if any(is_undefined_primal(x) for x in ins):
+      linear_eqns.append(eqn)
+    else:
+      for v, val in zip(eqn.out_binders, bind(eqn.primitive, *ins, **eqn.params)):
+        primal_env[v] = val
+  for x, ct in zip(jaxpr.outvars, cts):
+    write_cotangent(x, ct)
+  # Backward: each linear equation sends its output cotangents to its inputs.
+  for eqn in reversed(linear_eqns):
+    cts_in = [ct_env.pop(v, Zero(v.aval)) for v in eqn.out_binders]
+    if all(type(ct) is Zero for ct in cts_in):
+      continue
+    primals_in = [read_primal(x) for x in eqn.inputs]
+    rule = transpose_rules[eqn.primitive]
+    if eqn.primitive.multiple_results:
+      cts_out = rule(cts_in, *primals_in, **eqn.params)
+    else:
+      cts_out = rule(cts_in[0], *primals_in, **eqn.params)
+    for x, ct in zip(eqn.inputs, cts_out):
+      write_cotangent(x, ct)
+  return [ct_env.pop(v, Zero(v.aval)) for v, x in zip(jaxpr.constvars + jaxpr.invars, args)
+          if is_undefined_primal(x)]
+
+
+# The rules: `rule(ct, *operands, **params)` returns one cotangent per operand
+# (None for operands that are not linear inputs).
+
+def _unbroadcast(ct, operand):
+  """A rank-0 operand broadcast against a larger one gets the summed cotangent."""
+  aval = operand.aval if is_undefined_primal(operand) else get_aval(operand)
+  if aval.shape == np.shape(ct):
+    return ct
+  return lax.reduce_sum(ct, None)
+
+
+def _add_transpose(ct, x, y):
+  return [_unbroadcast(ct, x) if is_undefined_primal(x) else None,
+          _unbroadcast(ct, y) if is_undefined_primal(y) else None]
+
+
+def _sub_transpose(ct, x, y):
+  return [_unbroadcast(ct, x) if is_undefined_primal(x) else None,
+          _unbroadcast(lax.neg(ct), y) if is_undefined_primal(y) else None]
+
+
+def _mul_transpose(ct, x, y):
+  if is_undefined_primal(x) and is_undefined_primal(y):
+    raise ValueError("mul: both operands are linear inputs, so the product is "
+                     "not linear and can't be transposed")
+  if is_undefined_primal(x):
+    return [_unbroadcast(lax.mul(ct, y), x), None]
+  return [None, _unbroadcast(lax.mul(x, ct), y)]
+
+
+def _div_transpose(ct, x, y):
+  if is_undefined_primal(y):
+    raise ValueError("div is linear only in its numerator; its denominator "
+                     "can't be a linear input")
+  return [_unbroadcast(lax.div(ct, y), x), None]
+
+
+transpose_rules[lax.add_p] = _add_transpose
+transpose_rules[lax.sub_p] = _sub_transpose
+transpose_rules[lax.mul_p] = _mul_transpose
+transpose_rules[lax.div_p] = _div_transpose
+transpose_rules[neg_p] = lambda ct, x: [lax.neg(ct)]
+transpose_rules[reduce_sum_p] = (
+    lambda ct, x, *, axes: [lax.broadcast(ct, x.aval.shape, axes)])
+transpose_rules[broadcast_p] = (
+    lambda ct, x, *, shape, axes: [lax.reduce_sum(ct, axes)])
+transpose_rules[transpose_p] = (
+    lambda ct, x, *, permutation: [lax.transpose(ct, np.argsort(permutation))])
+transpose_rules[reshape_p] = (
+    lambda ct, x, *, new_sizes: [lax.reshape(ct, x.aval.shape)])
+transpose_rules[convert_element_type_p] = (
+    lambda ct, x, *, new_dtype: [lax.convert_element_type(ct, x.aval.dtype)])
+
+
+def _dot_transpose_lhs(ct, y, x_aval, dimension_numbers):
+  """Cotangent of the left operand: contract ct's rhs-free axes with y."""
+  (lc, rc), (lb, rb) = dimension_numbers
+  x_ndim, y_ndim = len(x_aval.shape), np.ndim(y)
+  lf = [i for i in range(x_ndim) if i not in lc and i not in lb]
+  rf = [i for i in range(y_ndim) if i not in rc and i not in rb]
+  nb = len(lb)
+  ct_rf = tuple(range(nb + len(lf), nb + len(lf) + len(rf)))
+  out = lax.dot_general(ct, y, ((ct_rf, tuple(rf)), (tuple(range(nb)), tuple(rb))))
+  # out's axes are x's batch axes, x's free axes, then x's contracting axes
+  # in the order y holds them; put them back in x's order.
+  x_axes = [*lb, *lf, *(lc[i] for i in np.argsort(rc))]
+  return lax.transpose(out, np.argsort(x_axes))
+
+
+def _dot_general_transpose(ct, x, y, *, dimension_numbers):
+  (lc, rc), (lb, rb) = dimension_numbers
+  if is_undefined_primal(x) and is_undefined_primal(y):
+    raise ValueError("dot_general: both operands are linear inputs; not linear")
+  if is_undefined_primal(x):
+    return [_dot_transpose_lhs(ct, y, x.aval, dimension_numbers), None]
+  # For y, swap the operands: ct's axes are (batch, x free, y free).
+  nb, x_free = len(lb), np.ndim(x) - len(lc) - len(lb)
+  y_free = len(y.aval.shape) - len(rc) - len(rb)
+  perm = [*range(nb), *range(nb + x_free, nb + x_free + y_free), *range(nb, nb + x_free)]
+  ct_swapped = lax.transpose(ct, perm)
+  return [None, _dot_transpose_lhs(ct_swapped, x, y.aval, ((rc, lc), (rb, lb)))]
+
+
+transpose_rules[lax.dot_general_p] = _dot_general_transpose

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import lax
+from . import ad, lax
+from . import partial_eval as pe
 from .ad import jvp_flat
 from .batching import move_batch_axis, not_mapped, vmap_flat
 from .core import ShapedArray, Tracer, array_types, get_aval, raise_to_shaped
+from .jaxpr import ClosedJaxpr, eval_jaxpr
 from .partial_eval import trace_to_closed_jaxpr
 from .tree_util import (TreeMismatchError, broadcast_prefix, flatten_fun,
                         tree_flatten, tree_unflatten)
@@ -236,3 +238,155 @@ def _abstractify(x):
       and not isinstance(x, Tracer)):
     return ShapedArray(x.shape, x.dtype, getattr(x, "weak_type", False))
   return raise_to_shaped(get_aval(x))
+
+
+# --- Reverse mode: linearize, vjp, grad (Part 4) ---------------------------------------------
+
+def _split_half(xs):
+  n = len(xs) // 2
+  return list(xs[:n]), list(xs[n:])
+
+
+def _tangent_aval(x):
+  return ShapedArray(np.shape(x), np.result_type(get_aval(x).dtype))
+
+
+def linearize_flat(f, primals_in):
+  """jvp with the tangents unknown: the primal part runs now, the tangent part
+  is staged into a linear jaxpr (plus the residuals it needs)."""
+  pvals_in = ([pe.PartialVal.known(x) for x in primals_in] +
+              [pe.PartialVal.unknown(_tangent_aval(x)) for x in primals_in])
+
+  def f_jvp(*primals_tangents_in):
+    primals_out, tangents_out = jvp_flat(f, *_split_half(primals_tangents_in))
+    return [*primals_out, *tangents_out]
+
+  # Every tangent output is an output of the linear jaxpr, even a known zero.
+  tangents_unknown = lambda n: [False] * (n // 2) + [True] * (n // 2)
+  jaxpr, pvals_out, consts = pe.partial_eval_flat(f_jvp, pvals_in, tangents_unknown)
+  primal_pvals, _ = _split_half(pvals_out)
+  assert all(p.is_known for p in primal_pvals)
+  return [p.const for p in primal_pvals], jaxpr, consts
+
+
+def linearize(fun, *primals):
+  """`(y, f_lin) = linearize(f, *xs)`: f_lin(*tangents) is jvp's tangent part,
+  with no linearization work left to do (as jax.linearize)."""
+  primals_flat, in_tree = tree_flatten(primals)
+  _check_arrays("linearize", primals_flat)
+  flat_fun, out_tree = flatten_fun(fun, in_tree)
+  primals_out, jaxpr, consts = linearize_flat(flat_fun, primals_flat)
+  out_tree = out_tree()
+
+  def f_lin(*tangents):
+    tangents_flat, tree2 = tree_flatten(tangents)
+    if tree2 != in_tree:
+      raise TreeMismatchError("linearize: tangents", in_tree, tree2)
+    return tree_unflatten(out_tree, eval_jaxpr(jaxpr, consts, *tangents_flat))
+  f_lin.jaxpr = ClosedJaxpr(jaxpr, consts)
+  return tree_unflatten(out_tree, primals_out), f_lin
+
+
+def vjp_flat(f, primals_in):
+  """Linearize, then transpose the linear jaxpr: cotangents flow backwards."""
+  primals_out, jaxpr, consts = linearize_flat(f, primals_in)
+  undefined = [ad.UndefPrimal(_tangent_aval(x)) for x in primals_in]
+
+  def f_vjp(*cts):
+    cts_in = ad.backward_pass(jaxpr, [*consts, *undefined], cts)
+    return [ad.instantiate_zeros(ct) for ct in cts_in]
+  f_vjp.jaxpr = ClosedJaxpr(jaxpr, consts)
+  return primals_out, f_vjp
+
+
+def vjp(fun, *primals, has_aux=False):
+  """`(y, f_vjp) = vjp(f, *xs)`: f_vjp(cotangent of y) gives cotangents of xs."""
+  primals_flat, in_tree = tree_flatten(primals)
+  _check_arrays("vjp", primals_flat)
+  if has_aux:
+    aux_store = []
+    def fun_main(*args):
+      out, aux = fun(*args)
+      aux_store.append(aux)
+      return out
+  else:
+    fun_main = fun
+  flat_fun, out_tree = flatten_fun(fun_main, in_tree)
+  primals_out, f_vjp_flat = vjp_flat(flat_fun, primals_flat)
+  out_tree = out_tree()
+
+  def f_vjp(ct):
+    cts_flat, tree2 = tree_flatten(ct)
+    if tree2 != out_tree:
+      raise TreeMismatchError("vjp: the cotangent must be structured like the output", out_tree, tree2)
+    return tree_unflatten(in_tree, f_vjp_flat(*cts_flat))
+  f_vjp.jaxpr = f_vjp_flat.jaxpr   # the linear jaxpr that the backward pass runs
+  out = tree_unflatten(out_tree, primals_out)
+  return (out, f_vjp, aux_store[0]) if has_aux else (out, f_vjp)
+
+
+def value_and_grad(fun, argnums=0, has_aux=False):
+  """The value of `fun` and its gradient with respect to argument(s) `argnums`."""
+  def value_and_grad_fun(*args):
+    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+    for i in nums:
+      if not -len(args) <= i < len(args):
+        raise TransformationError(f"grad: argnums={argnums} but the function got "
+                                  f"{len(args)} arguments")
+    dyn = tuple(args[i] for i in nums)
+
+    def f_dyn(*d):
+      full = list(args)
+      for i, v in zip(nums, d):
+        full[i] = v
+      return fun(*full)
+
+    res = vjp(f_dyn, *dyn, has_aux=has_aux)
+    out, f_vjp = res[:2]
+    aval = get_aval(out) if not isinstance(out, (tuple, list, dict)) else None
+    if aval is None or aval.shape != () or not np.issubdtype(aval.dtype, np.inexact):
+      got = aval.str_short() if aval is not None else f"a {type(out).__name__}"
+      raise TransformationError(
+          f"grad requires a function returning one real scalar, but it returned "
+          f"{got}{' (with has_aux=True, return (scalar, aux))' if has_aux else ''}. "
+          "For non-scalar outputs use vjp, or jacrev/jacfwd for Jacobians.")
+    grads = f_vjp(np.ones((), aval.dtype))
+    grads = grads[0] if isinstance(argnums, int) else tuple(grads)
+    return ((out, res[2]), grads) if has_aux else (out, grads)
+  return value_and_grad_fun
+
+
+def grad(fun, argnums=0, has_aux=False):
+  """The gradient of scalar-valued `fun` with respect to argument(s) `argnums`."""
+  vg = value_and_grad(fun, argnums, has_aux)
+
+  def grad_fun(*args):
+    (value, aux), g = vg(*args) if has_aux else ((None, None), vg(*args)[1])
+    return (g, aux) if has_aux else g
+  return grad_fun
+
+
+def jacrev(fun, argnums=0):
+  """The Jacobian by reverse mode: one vjp per output direction, vmapped."""
+  def jacfun(*args):
+    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+    dyn = tuple(args[i] for i in nums)
+
+    def f_dyn(*d):
+      full = list(args)
+      for i, v in zip(nums, d):
+        full[i] = v
+      return fun(*full)
+
+    y, f_vjp = vjp(f_dyn, *dyn)
+    y_flat, y_tree = tree_flatten(y)
+    if len(y_flat) != 1:
+      raise TransformationError("jacrev: this autodidax version supports one array output")
+    (y,) = y_flat
+    n = int(np.size(y))
+    dtype = np.result_type(get_aval(y).dtype)
+    basis = np.eye(n, dtype=dtype).reshape((n, *np.shape(y)))
+    cols = vmap(f_vjp)(basis)              # per input: (n, *x.shape)
+    cols = [lax.reshape(c, (*np.shape(y), *np.shape(x))) for c, x in zip(cols, dyn)]
+    return cols[0] if isinstance(argnums, int) else tuple(cols)
+  return jacfun

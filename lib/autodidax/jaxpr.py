@@ -124,7 +124,7 @@ def typecheck_jaxpr(jaxpr: Jaxpr) -> JaxprType:
     names[v]
   env: set = set()
 
-  def bind_var(v: Var, where: str):
+  def bind_var(v: Var, where):
     if v in env:
       raise JaxprTypeError(f"variable {names[v]} is bound twice ({where})")
     env.add(v)
@@ -132,7 +132,7 @@ def typecheck_jaxpr(jaxpr: Jaxpr) -> JaxprType:
   for v in jaxpr.constvars + jaxpr.invars:
     bind_var(v, "as an input")
   for eqn in jaxpr.eqns:
-    where = f"in equation `{pp_eqn(eqn, names)}`"
+    where = _Where(eqn, names)   # printed only if there is an error
     in_types = [typecheck_atom(env, x, names, where) for x in eqn.inputs]
     try:
       out_types = abstract_eval_rules[eqn.primitive](*in_types, **eqn.params)
@@ -156,7 +156,17 @@ def typecheck_jaxpr(jaxpr: Jaxpr) -> JaxprType:
   return JaxprType([v.aval for v in jaxpr.invars], out_types)
 
 
-def typecheck_atom(env: set, x: Atom, names=None, where: str = "") -> ShapedArray:
+class _Where:
+  def __init__(self, eqn, names):
+    self.eqn, self.names = eqn, names
+
+  def __str__(self):
+    return f"in equation `{pp_eqn(self.eqn, self.names)}`"
+
+  __format__ = lambda self, spec: str(self)
+
+
+def typecheck_atom(env: set, x: Atom, names=None, where="") -> ShapedArray:
   if isinstance(x, Var):
     if x not in env:
       name = names[x] if names is not None else repr(x)

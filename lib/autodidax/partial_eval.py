@@ -6,11 +6,16 @@ JAX keeps both in jax/_src/interpreters/partial_eval.py, and so do we.
 """
 from __future__ import annotations
 
+import weakref
 from contextlib import nullcontext
+from typing import Any, NamedTuple
 
-from .core import (MainTrace, ShapedArray, Trace, Tracer, abstract_eval_rules,
-                   full_raise, get_aval, new_dynamic, new_main, raise_to_shaped)
-from .jaxpr import ClosedJaxpr, Jaxpr, JaxprEqn, Lit, Var, as_shaped
+import numpy as np
+
+from .core import (MainTrace, Primitive, ShapedArray, Trace, Tracer, abstract_eval_rules,
+                   full_lower, full_raise, get_aval, new_dynamic, new_main, raise_to_shaped)
+from .jaxpr import (ClosedJaxpr, Jaxpr, JaxprEqn, Lit, Var, as_shaped,
+                    typecheck_jaxpr)
 
 
 # --- Staging: the interpreter behind make_jaxpr and jit ---------------------------------
@@ -79,8 +84,8 @@ class JaxprBuilder:
       tracer = DynamicJaxprTracer(trace, aval)
       self.tracers += [tracer, val]   # keep the value alive while its id is a key
       self.const_tracers[id(val)] = tracer
-      if aval.ndim == 0:
-        self.atoms[id(tracer)] = Lit(val, aval)
+      if aval.ndim == 0 and not isinstance(val, Tracer):   # an outer tracer is
+        self.atoms[id(tracer)] = Lit(val, aval)              # an input, never a literal
       else:
         self.constvars.append(self.add_var(tracer))
         self.consts.append(val)
@@ -119,3 +124,257 @@ def trace_to_jaxpr_dynamic(f, in_avals, omnistaging: bool = True) -> tuple[Jaxpr
 def trace_to_closed_jaxpr(f, in_avals, omnistaging: bool = True) -> ClosedJaxpr:
   jaxpr, consts = trace_to_jaxpr_dynamic(f, in_avals, omnistaging)
   return ClosedJaxpr(jaxpr, consts)
+
+
+# --- Partial evaluation: known values run now, unknown ones are staged (Part 4) ---------------
+
+class PartialVal(NamedTuple):
+  """A value that is either known (`const`) or only known by its type (`aval`)."""
+  aval: ShapedArray
+  const: Any = None
+
+  @classmethod
+  def known(cls, val):
+    return cls(raise_to_shaped(get_aval(val)), val)
+
+  @classmethod
+  def unknown(cls, aval):
+    return cls(raise_to_shaped(aval), None)
+
+  is_known = property(lambda self: self.const is not None)
+  is_unknown = property(lambda self: self.const is None)
+
+
+# Recipes: how an unknown tracer will be computed once the unknowns are known.
+class LambdaBindingRecipe(NamedTuple):
+  """An input of the staged jaxpr."""
+
+
+class ConstRecipe(NamedTuple):
+  """A known value that an unknown computation uses: a constant of the jaxpr."""
+  val: Any
+
+
+class JaxprEqnRecipe(NamedTuple):
+  """An equation; it refers to its outputs weakly, its inputs strongly, so the
+  tracer graph is a DAG pointing from outputs back to inputs."""
+  prim: Primitive
+  tracers_in: list
+  params: dict
+  avals_out: list
+  tracer_refs_out: list   # weakrefs
+
+
+class PartialEvalTracer(Tracer):
+  __slots__ = ["pval", "recipe", "__weakref__"]
+
+  def __init__(self, trace, pval: PartialVal, recipe):
+    self._trace, self.pval, self.recipe = trace, pval, recipe
+
+  @property
+  def aval(self):
+    return self.pval.aval
+
+  def full_lower(self):
+    if self.pval.is_known:
+      return full_lower(self.pval.const)
+    return self
+
+
+class PartialEvalTrace(Trace):
+  def new_arg(self, pval: PartialVal) -> PartialEvalTracer:
+    return PartialEvalTracer(self, pval, LambdaBindingRecipe())
+
+  def pure(self, val):
+    return PartialEvalTracer(self, PartialVal.known(val), None)
+  lift = pure
+
+  def instantiate_const(self, tracer: PartialEvalTracer) -> PartialEvalTracer:
+    """An unknown stand-in for a known tracer, so an equation can use it."""
+    if tracer.pval.is_unknown:
+      return tracer
+    return PartialEvalTracer(self, PartialVal.unknown(tracer.aval), ConstRecipe(tracer.pval.const))
+
+  def process_primitive(self, primitive, tracers, params):
+    if all(t.pval.is_known for t in tracers):   # known inputs: just compute
+      outs = primitive.bind(*(t.pval.const for t in tracers), **params)
+      return [self.pure(x) for x in (outs if primitive.multiple_results else [outs])]
+    rule = partial_eval_rules.get(primitive)
+    if rule is not None:
+      return rule(self, tracers, **params)
+    tracers_in = [self.instantiate_const(t) for t in tracers]
+    avals_out = abstract_eval_rules[primitive](*(t.aval for t in tracers_in), **params)
+    if not primitive.multiple_results:
+      avals_out = [avals_out]
+    return self.stage(primitive, tracers_in, params, avals_out)
+
+  def stage(self, primitive, tracers_in, params, avals_out) -> list:
+    """Record one equation over unknown tracers; returns its unknown outputs."""
+    outs = [PartialEvalTracer(self, PartialVal.unknown(a), None) for a in avals_out]
+    recipe = JaxprEqnRecipe(primitive, tracers_in, params, [raise_to_shaped(a) for a in avals_out],
+                            [weakref.ref(t) for t in outs])
+    for t in outs:
+      t.recipe = recipe
+    return outs
+
+
+partial_eval_rules: dict = {}   # primitive -> rule(trace, tracers, **params) (optional)
+
+
+def partial_eval_flat(f, pvals_in: list, instantiate=None) -> tuple[Jaxpr, list, list]:
+  """Run `f` on partially known inputs: known parts are computed now, the rest
+  becomes a jaxpr. Returns (jaxpr, output PartialVals, the jaxpr's consts).
+  Outputs with `instantiate[i]` set are made unknown even if known;
+  `instantiate` may also be a function of the number of outputs."""
+  with new_main(PartialEvalTrace) as main:
+    trace = PartialEvalTrace(main)
+    tracers_in = [trace.new_arg(pval) for pval in pvals_in]
+    outs = f(*tracers_in)
+    tracers_out = [full_raise(trace, out) for out in outs]
+    if callable(instantiate):
+      instantiate = instantiate(len(tracers_out))
+    if instantiate is not None:
+      tracers_out = [trace.instantiate_const(t) if inst else t
+                     for t, inst in zip(tracers_out, instantiate)]
+    pvals_out = [t.pval for t in tracers_out]
+    unk_in = [t for t in tracers_in if t.pval.is_unknown]
+    unk_out = [t for t in tracers_out if t.pval.is_unknown]
+    jaxpr, consts = tracers_to_jaxpr(unk_in, unk_out)
+  return jaxpr, pvals_out, consts
+
+
+def tracer_parents(t: PartialEvalTracer) -> list:
+  return t.recipe.tracers_in if isinstance(t.recipe, JaxprEqnRecipe) else []
+
+
+def tracers_to_jaxpr(tracers_in: list, tracers_out: list) -> tuple[Jaxpr, list]:
+  """Walk the recipe DAG from the outputs and write its equations in
+  dependency order. Scalar constants become literals, others constvars."""
+  tracer_to_var = {id(t): Var(t.aval) for t in tracers_in}
+  const_to_var: dict = {}        # id(value) -> Var or Lit
+  constvars, consts = [], []
+  processed: set = set()
+  eqns = []
+  for t in toposort(tracers_out, tracer_parents):
+    if isinstance(t.recipe, LambdaBindingRecipe):
+      assert id(t) in tracer_to_var, "an input of the function was not an input"
+    elif isinstance(t.recipe, ConstRecipe):
+      val = t.recipe.val
+      atom = const_to_var.get(id(val))
+      if atom is None:
+        if np.ndim(val) == 0 and not isinstance(val, Tracer):
+          atom = Lit(val)
+        else:
+          atom = Var(get_aval(val))
+          constvars.append(atom)
+          consts.append(val)
+        const_to_var[id(val)] = atom
+      tracer_to_var[id(t)] = atom
+    elif isinstance(t.recipe, JaxprEqnRecipe) and id(t.recipe) not in processed:
+      processed.add(id(t.recipe))
+      r = t.recipe
+      ins = [tracer_to_var[id(x)] for x in r.tracers_in]
+      outs = [Var(a) for a in r.avals_out]
+      for ref, v in zip(r.tracer_refs_out, outs):
+        if ref() is not None:
+          tracer_to_var[id(ref())] = v
+      eqns.append(JaxprEqn(r.prim, ins, r.params, outs))
+  jaxpr = Jaxpr(constvars, [tracer_to_var[id(t)] for t in tracers_in], eqns,
+                [tracer_to_var[id(t)] for t in tracers_out])
+  typecheck_jaxpr(jaxpr)
+  return jaxpr, consts
+
+
+def toposort(out_nodes: list, parents) -> list:
+  """Nodes reachable from `out_nodes`, each after all its parents. Iterative,
+  so chains of any length work (no recursion limit)."""
+  if not out_nodes:
+    return []
+  seen, order, stack = set(), [], [(n, False) for n in reversed(out_nodes)]
+  while stack:
+    node, expanded = stack.pop()
+    if expanded:
+      order.append(node)
+      continue
+    if id(node) in seen:
+      continue
+    seen.add(id(node))
+    stack.append((node, True))
+    stack.extend((p, False) for p in reversed(parents(node)) if id(p) not in seen)
+  return order
+
+
+# --- Partial evaluation of jaxprs --------------------------------------------------------------
+
+def partial_eval_jaxpr(jaxpr: Jaxpr, in_unknowns: list, instantiate=None):
+  """Split `jaxpr` into a known part and an unknown part.
+
+  jaxpr1: known inputs -> known outputs + residuals
+  jaxpr2: residuals + unknown inputs -> unknown outputs
+  Returns (jaxpr1, jaxpr2, out_unknowns, num_res). `instantiate[i]` forces
+  output i to be unknown (computed by jaxpr2) even if it could be known.
+  """
+  assert not jaxpr.constvars, "partial_eval_jaxpr takes jaxprs without constvars"
+  env: dict = {}   # Var -> True if unknown
+  residuals: list = []
+  eqns1, eqns2 = [], []
+
+  def read(x):
+    return type(x) is Var and env[x]
+
+  def as_residual(x):
+    if type(x) is Var and not env[x] and x not in residuals:
+      residuals.append(x)
+
+  for v, uk in zip(jaxpr.invars, in_unknowns):
+    env[v] = uk
+  for eqn in jaxpr.eqns:
+    unks_in = [read(x) for x in eqn.inputs]
+    rule = partial_eval_jaxpr_rules.get(eqn.primitive)
+    if rule is not None and any(unks_in):
+      eqn1, eqn2, unks_out, res = rule(unks_in, eqn)
+      if eqn1 is not None:
+        eqns1.append(eqn1)
+      eqns2.append(eqn2)
+      for x in res:
+        env.setdefault(x, False)   # residuals a rule makes are known values
+        as_residual(x)
+      for v, uk in zip(eqn.out_binders, unks_out):
+        env[v] = uk
+    elif any(unks_in):
+      for x in eqn.inputs:
+        as_residual(x)
+      eqns2.append(eqn)
+      for v in eqn.out_binders:
+        env[v] = True
+    else:
+      eqns1.append(eqn)
+      for v in eqn.out_binders:
+        env[v] = False
+
+  out_unknowns = [read(x) for x in jaxpr.outvars]
+  if instantiate is not None:
+    for i, (x, inst) in enumerate(zip(jaxpr.outvars, instantiate)):
+      if inst and not out_unknowns[i]:
+        if type(x) is Var:
+          as_residual(x)
+        out_unknowns[i] = True
+  # Outputs that are known go out of jaxpr1; unknown ones out of jaxpr2. An
+  # unknown output that jaxpr1 computed (instantiated) is passed as a residual.
+  ins1 = [v for v, uk in zip(jaxpr.invars, in_unknowns) if not uk]
+  outs1 = [x for x, uk in zip(jaxpr.outvars, out_unknowns) if not uk]
+  res1 = list(residuals)
+  jaxpr1 = Jaxpr([], ins1, eqns1, outs1 + res1)
+  res2 = [Var(x.aval) for x in res1]
+  renaming = dict(zip(res1, res2))
+  ins2 = [v for v, uk in zip(jaxpr.invars, in_unknowns) if uk]
+  rename = lambda x: renaming.get(x, x) if type(x) is Var else x
+  eqns2 = [e._replace(inputs=[rename(x) for x in e.inputs]) for e in eqns2]
+  outs2 = [rename(x) for x, uk in zip(jaxpr.outvars, out_unknowns) if uk]
+  jaxpr2 = Jaxpr([], res2 + ins2, eqns2, outs2)
+  typecheck_jaxpr(jaxpr1)
+  typecheck_jaxpr(jaxpr2)
+  return jaxpr1, jaxpr2, out_unknowns, len(res1)
+
+
+partial_eval_jaxpr_rules: dict = {}   # primitive -> rule(unks_in, eqn)

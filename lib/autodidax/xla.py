@@ -306,3 +306,80 @@ class Compiled:
     args_flat, _ = tree_flatten(args)
     outs = xla_call_p.bind(*self._traced.consts, *args_flat, **self._params)
     return tree_unflatten(self._traced.out_tree, outs)
+
+
+# --- xla_call under partial evaluation and transposition (Part 4) -------------------------------
+
+from . import partial_eval as pe   # noqa: E402  (Part 4 extends Part 3's rules)
+from .jaxpr import JaxprEqn, Var   # noqa: E402
+
+
+def _xla_call_partial_eval(trace, tracers, *, jaxpr, num_consts, **params):
+  """Split the jitted jaxpr: the known part runs now, compiled; the unknown part
+  is staged as a second xla_call on the residuals, so it stays compiled too."""
+  unknowns = [t.pval.is_unknown for t in tracers]
+  jaxpr1, jaxpr2, out_unknowns, num_res = pe.partial_eval_jaxpr(jaxpr, unknowns)
+  known_in = [t.pval.const for t in tracers if t.pval.is_known]
+  outs1_res = xla_call_p.bind(*known_in, jaxpr=jaxpr1, num_consts=0, **params)
+  n_known_out = len(jaxpr1.outvars) - num_res
+  outs1, residuals = outs1_res[:n_known_out], outs1_res[n_known_out:]
+  res_tracers = [trace.instantiate_const(trace.pure(r)) for r in residuals]
+  unknown_in = [t for t in tracers if t.pval.is_unknown]
+  outs2 = trace.stage(xla_call_p, res_tracers + unknown_in,
+                      dict(params, jaxpr=jaxpr2, num_consts=0),
+                      [x.aval for x in jaxpr2.outvars])
+  outs1, outs2 = iter(outs1), iter(outs2)
+  return [next(outs2) if uk else trace.pure(next(outs1)) for uk in out_unknowns]
+
+
+pe.partial_eval_rules[xla_call_p] = _xla_call_partial_eval
+
+
+def _xla_call_partial_eval_jaxpr(unknowns, eqn):
+  """The same split, for an xla_call equation inside a jaxpr being split."""
+  jaxpr1, jaxpr2, out_unknowns, num_res = pe.partial_eval_jaxpr(eqn.params["jaxpr"], unknowns)
+  ins1 = [x for x, uk in zip(eqn.inputs, unknowns) if not uk]
+  ins2 = [x for x, uk in zip(eqn.inputs, unknowns) if uk]
+  outs1 = [v for v, uk in zip(eqn.out_binders, out_unknowns) if not uk]
+  outs2 = [v for v, uk in zip(eqn.out_binders, out_unknowns) if uk]
+  residuals = [Var(v.aval) for v in jaxpr2.invars[:num_res]]
+  eqn1 = JaxprEqn(xla_call_p, ins1, dict(eqn.params, jaxpr=jaxpr1, num_consts=0),
+                  outs1 + residuals)
+  eqn2 = JaxprEqn(xla_call_p, residuals + ins2, dict(eqn.params, jaxpr=jaxpr2, num_consts=0),
+                  outs2)
+  return eqn1, eqn2, out_unknowns, residuals
+
+
+pe.partial_eval_jaxpr_rules[xla_call_p] = _xla_call_partial_eval_jaxpr
+
+
+@_cache
+def transpose_jaxpr(jaxpr: Jaxpr, undefined: tuple) -> tuple[Jaxpr, list]:
+  """A jaxpr mapping (residuals, output cotangents) to input cotangents."""
+  avals_in, avals_out = jaxpr.in_avals, jaxpr.out_avals
+  res_avals = [a for a, u in zip(avals_in, undefined) if not u]
+
+  def transposed(*args):
+    res, cts = iter(args[:len(res_avals)]), args[len(res_avals):]
+    primals = [ad.UndefPrimal(a) if u else next(res) for a, u in zip(avals_in, undefined)]
+    return [ad.instantiate_zeros(ct) for ct in ad.backward_pass(jaxpr, primals, cts)]
+
+  return closed_to_call_jaxpr(*trace_to_jaxpr_dynamic(transposed, res_avals + avals_out))
+
+
+def _xla_call_transpose(cts, *invals, jaxpr, num_consts, **params):
+  undefined = tuple(ad.is_undefined_primal(x) for x in invals)
+  t_jaxpr, t_consts = transpose_jaxpr(jaxpr, undefined)
+  residuals = [x for x in invals if not ad.is_undefined_primal(x)]
+  cts = [ad.instantiate_zeros(ct) for ct in cts]
+  outs = iter(xla_call_p.bind(*t_consts, *residuals, *cts, jaxpr=t_jaxpr,
+                              num_consts=len(t_consts), **params))
+  return [next(outs) if u else None for u in undefined]
+
+
+ad.transpose_rules[xla_call_p] = _xla_call_transpose
+
+
+# Arrays get the same operators as tracers: `a + b` on device arrays binds add.
+from .numpy import _install_tracer_methods   # noqa: E402
+_install_tracer_methods(Array)
