@@ -1,9 +1,16 @@
-"""The exercise tooling: stub freshness, nbval on the stub and the solutions, the grader.
+"""The exercise tooling: stub freshness, nbval on the stubs and the solutions, the grader.
+
+Every chapter's stub (`exercises/<part>.ipynb`, one per `exercises/source/<part>.md`)
+is tested both ways: nbval fails every check of the stub and passes the
+reference solutions, and the grader gives the solutions full marks, the stub
+zero, and fails every exercise of a submission with one plausible mistake per
+exercise (`MISTAKES`). Part 1 also gets the grader's harder cases (edited and
+corrupt submissions).
 
 Notebook runs are slow (a kernel each), so the module runs each one once in
 module-scoped fixtures: one reference build (`coursekit.stubs --check
---solutions`), one nbval run over the stub and the solutions, and one grader
-run over a folder of varied submissions.
+--solutions`), then, at the same time, one nbval run over every stub and its
+solutions and one grader run per part over a folder of submissions.
 """
 import copy
 import csv
@@ -11,14 +18,20 @@ import hashlib
 import os
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import nbformat
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-STUB = ROOT / "exercises" / "part1.ipynb"
-EXERCISES = ["1.1", "1.2", "1.3", "1.4", "1.5", "1.6"]
+EXERCISE_DIR = ROOT / "exercises"
+PARTS = {   # part: its exercises, in order
+    "part1": ["1.1", "1.2", "1.3", "1.4", "1.5", "1.6"],
+    "part2": ["2.1", "2.2", "2.3", "2.4", "2.5", "2.6"],
+}
+STUB = EXERCISE_DIR / "part1.ipynb"   # the grader's harder cases use Part 1
+EXERCISES = PARTS["part1"]
 
 # A plausible mistake per exercise: (text in the solution, replacement).
 # Each must fail its check with an AssertionError, not a crash.
@@ -30,14 +43,49 @@ MISTAKES = {
             "perm[src], perm[dst] = perm[dst], perm[src]"),
     "1.5": ("return lax.reduce_sum(x, x_axes), out_bdim", "return lax.reduce_sum(x, axes), x_bdim"),
     "1.6": ("adx.vmap(pushfwd, out_axes=-1)", "adx.vmap(pushfwd, out_axes=0)"),
+    # Part 2
+    "2.1": ("return ShapedArray(shape, x.dtype, x.weak_type)", "return ShapedArray(shape, x.dtype)"),
+    "2.2": ("if x not in env:", "if x is None:"),
+    "2.3": ("outs = core.bind(eqn.primitive, *vals_in, **eqn.params)",
+            "outs = [core.impl_rules[eqn.primitive](*vals_in, **eqn.params)]"),
+    "2.4": ("tracer = self.const_tracers.get(id(val))", "tracer = None"),
+    "2.5": ("s = letters[n % 26] + s", "s = letters[n % 26 - 1] + s"),
+    "2.6": ("Lit(1.)]", "Lit(np.float64(1.))]"),
 }
 
 
-def run(*args, **kw):
+def stub_path(part: str) -> Path:
+  return EXERCISE_DIR / f"{part}.ipynb"
+
+
+def test_every_source_is_tested():
+  sources = sorted(p.stem for p in (EXERCISE_DIR / "source").iterdir()
+                   if p.suffix in (".md", ".ipynb") and not p.name.startswith("."))
+  assert sources == sorted(PARTS)
+  assert sorted(p.stem for p in EXERCISE_DIR.glob("*.ipynb")) == sorted(PARTS)
+  assert set(MISTAKES) == {ex for exs in PARTS.values() for ex in exs}
+
+
+def _env():
   env = dict(os.environ)
   env.pop("PYTEST_ADDOPTS", None)
-  return subprocess.run([sys.executable, *args], cwd=kw.pop("cwd", ROOT), env=env,
+  return env
+
+
+def run(*args, **kw):
+  return subprocess.run([sys.executable, *args], cwd=kw.pop("cwd", ROOT), env=_env(),
                         capture_output=True, text=True, timeout=600, **kw)
+
+
+def start(*args, cwd=ROOT):
+  """Start `python *args` in the background; `finish` waits for it."""
+  return subprocess.Popen([sys.executable, *args], cwd=cwd, env=_env(), text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def finish(proc) -> subprocess.CompletedProcess:
+  out, err = proc.communicate(timeout=600)
+  return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def with_mistakes(nb, exercises):
@@ -60,35 +108,48 @@ def digest(folder: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def build(tmp_path_factory):
-  """Rebuild every stub in memory (`--check`) and write the solutions."""
+  """Rebuild every stub in memory (`--check`) and write the solutions, the
+  parts at the same time: {part: (process, solutions folder)}."""
   out = tmp_path_factory.mktemp("solutions")
-  proc = run("-m", "coursekit.stubs", "--check", "--solutions", str(out))
-  return proc, out
+  procs = {part: start("-m", "coursekit.stubs", "--check", "--solutions", str(out), part)
+           for part in PARTS}
+  return {part: (finish(proc), out) for part, proc in procs.items()}
 
 
 @pytest.fixture(scope="module")
-def solutions(build):
-  proc, out = build
-  assert (out / "part1.ipynb").exists(), proc.stdout + proc.stderr
-  return nbformat.read(out / "part1.ipynb", as_version=4)
+def all_solutions(build):
+  """{part: the executed reference notebook}."""
+  sols = {}
+  for part, (proc, out) in build.items():
+    assert (out / f"{part}.ipynb").exists(), proc.stdout + proc.stderr
+    sols[part] = nbformat.read(out / f"{part}.ipynb", as_version=4)
+  return sols
 
 
-def test_stub_is_not_stale(build):
-  proc, _ = build
+@pytest.fixture(scope="module")
+def solutions(all_solutions):
+  return all_solutions["part1"]
+
+
+@pytest.mark.parametrize("part", PARTS)
+def test_stub_is_not_stale(build, part):
+  proc, _ = build[part]
   assert proc.returncode == 0, proc.stdout + proc.stderr
-  assert "part1.ipynb: up to date" in proc.stdout
+  assert f"{part}.ipynb: up to date" in proc.stdout
 
 
-def test_stub_has_no_solutions_and_stored_check_outputs():
-  nb = nbformat.read(STUB, as_version=4)
-  text = STUB.read_text()
+@pytest.mark.parametrize("part", PARTS)
+def test_stub_has_no_solutions_and_stored_check_outputs(part):
+  stub = stub_path(part)
+  nb = nbformat.read(stub, as_version=4)
+  text = stub.read_text()
   assert "BEGIN SOLUTION" not in text and "END SOLUTION" not in text
   roles = {}
   for cell in nb.cells:
     roles.setdefault(cell.metadata.get("role"), []).append(cell)
     if cell.cell_type == "code" and cell.metadata.get("role") != "check":
       assert cell.outputs == [] and cell.execution_count is None
-  assert [c.metadata["exercise"] for c in roles["check"]] == EXERCISES
+  assert [c.metadata["exercise"] for c in roles["check"]] == PARTS[part]
   for cell in roles["check"]:
     assert "# NBVAL_CHECK_OUTPUT" in cell.source
     [out] = cell.outputs
@@ -97,56 +158,21 @@ def test_stub_has_no_solutions_and_stored_check_outputs():
     assert f'raise NotImplementedError("Exercise {cell.metadata["exercise"]}: ' in cell.source
 
 
-@pytest.fixture(scope="module")
-def nbval_outcomes(solutions, tmp_path_factory):
-  """{(folder, cell number): outcome} of one nbval run over the stub and the solutions."""
-  tmp = tmp_path_factory.mktemp("nbval")
-  for name, nb in [("stub", nbformat.read(STUB, as_version=4)), ("solutions", solutions)]:
-    (tmp / name).mkdir()
-    nbformat.write(nb, tmp / name / "part1.ipynb")
-  (tmp / "pytest.ini").write_text("[pytest]\n")
-  proc = run("-m", "coursekit.nbval_run", "-q", "-c", "pytest.ini", "--rootdir", ".",
-             "--nbval-lax", "--nbval-current-env", "--nbval-cell-timeout=120",
-             "--junitxml=junit.xml", "stub", "solutions", cwd=tmp)
-  import xml.etree.ElementTree as ET
-  outcomes = {}
-  for case in ET.parse(tmp / "junit.xml").iter("testcase"):
-    folder = Path(case.get("classname").replace(".", "/")).parts[0]
-    failed = any(child.tag in ("failure", "error") for child in case)
-    outcomes[folder, int(case.get("name").split()[-1])] = "failed" if failed else "passed"
-  assert outcomes, proc.stdout + proc.stderr
-  return outcomes
+# --- The notebook runs: nbval and the grader, all at once ----------------------------------
+
+def grade_folder(tmp_path_factory, part, submissions: dict):
+  """Write {student: notebook} (or str, written as is) into a new folder; return it."""
+  subs = tmp_path_factory.mktemp(f"submissions-{part}")
+  for student, nb in submissions.items():
+    if isinstance(nb, str):
+      (subs / f"{student}.ipynb").write_text(nb)
+    else:
+      nbformat.write(nb, subs / f"{student}.ipynb")
+  return subs
 
 
-def check_cell_numbers(nb) -> dict:
-  code = [c for c in nb.cells if c.cell_type == "code"]
-  return {c.metadata["exercise"]: i for i, c in enumerate(code) if c.metadata.get("role") == "check"}
-
-
-def test_nbval_fails_every_check_of_the_stub(nbval_outcomes):
-  checks = check_cell_numbers(nbformat.read(STUB, as_version=4))
-  assert list(checks) == EXERCISES
-  assert {ex: nbval_outcomes["stub", i] for ex, i in checks.items()} == dict.fromkeys(EXERCISES, "failed")
-  assert nbval_outcomes["stub", 0] == "passed"   # the setup cell
-
-
-def test_nbval_passes_the_solutions(nbval_outcomes, solutions):
-  cells = [k for k in nbval_outcomes if k[0] == "solutions"]
-  assert len(cells) == len([c for c in solutions.cells if c.cell_type == "code"])
-  assert all(nbval_outcomes[k] == "passed" for k in cells), nbval_outcomes
-
-
-# --- The grader --------------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def graded(solutions, tmp_path_factory):
-  """Grade a folder of submissions; return (process, {(student, exercise): row}, folder digests)."""
-  subs = tmp_path_factory.mktemp("submissions")
+def part1_submissions(solutions):
   stub = nbformat.read(STUB, as_version=4)
-  nbformat.write(solutions, subs / "full.ipynb")
-  nbformat.write(stub, subs / "stub.ipynb")
-  nbformat.write(with_mistakes(solutions, ["1.4"]), subs / "one_wrong.ipynb")
-  nbformat.write(with_mistakes(solutions, EXERCISES), subs / "all_wrong.ipynb")
   # Edited: 1.1's check deleted, 1.2's wrong answer behind a check that just
   # prints the expected line, 1.3's check moved to the top, and 1.5's
   # solution cell broken.
@@ -159,55 +185,149 @@ def graded(solutions, tmp_path_factory):
   checks["1.2"].source = f"# NBVAL_CHECK_OUTPUT\nprint({checks['1.2'].outputs[0].text.strip()!r})"
   nb.cells.remove(checks["1.3"])
   nb.cells.insert(0, checks["1.3"])
-  nbformat.write(nb, subs / "edited.ipynb")
-  (subs / "corrupt.ipynb").write_text('{"cells": [')
-  before = digest(subs)
-  out = tmp_path_factory.mktemp("grades")
-  proc = run("-m", "coursekit.grade", str(subs), "--out", str(out), "--jobs", "2")
-  with open(out / "grades.csv", newline="") as f:
-    rows = {(r["student"], r["exercise"]): r for r in csv.DictReader(f)}
-  return proc, rows, before, digest(subs)
+  return {"full": solutions, "stub": stub, "one_wrong": with_mistakes(solutions, ["1.4"]),
+          "all_wrong": with_mistakes(solutions, EXERCISES), "edited": nb,
+          "corrupt": '{"cells": ['}
 
 
-def statuses(rows, student):
-  return {ex: rows[student, ex]["status"] for ex in EXERCISES}
+@pytest.fixture(scope="module")
+def runs(all_solutions, tmp_path_factory):
+  """Start one nbval run over every stub and its solutions, and one grader
+  run per part, at once; wait for all of them.
+
+  Returns {"nbval": {(folder, part, cell number): outcome},
+           "graded": {part: (process, {(student, exercise): row}, digests before, after)}}.
+  """
+  tmp = tmp_path_factory.mktemp("nbval")
+  for folder in ("stub", "solutions"):
+    (tmp / folder).mkdir()
+    for part in PARTS:
+      nb = (nbformat.read(stub_path(part), as_version=4) if folder == "stub"
+            else all_solutions[part])
+      nbformat.write(nb, tmp / folder / f"{part}.ipynb")
+  (tmp / "pytest.ini").write_text("[pytest]\n")
+  nbval = start("-m", "coursekit.nbval_run", "-q", "-c", "pytest.ini", "--rootdir", ".",
+                "--nbval-lax", "--nbval-current-env", "--nbval-cell-timeout=120",
+                "--junitxml=junit.xml", "stub", "solutions", cwd=tmp)
+
+  graders = {}
+  for part, exercises in PARTS.items():
+    sols = all_solutions[part]
+    subs = (part1_submissions(sols) if part == "part1" else
+            {"full": sols, "stub": nbformat.read(stub_path(part), as_version=4),
+             "all_wrong": with_mistakes(sols, exercises)})
+    folder = grade_folder(tmp_path_factory, part, subs)
+    out = tmp_path_factory.mktemp(f"grades-{part}")
+    proc = start("-m", "coursekit.grade", str(folder), "--out", str(out), "--part", part,
+                 "--jobs", "2")
+    graders[part] = (proc, folder, out, digest(folder))
+
+  proc = finish(nbval)
+  outcomes = {}
+  for case in ET.parse(tmp / "junit.xml").iter("testcase"):
+    folder, part = Path(case.get("classname").replace(".", "/")).parts[:2]
+    failed = any(child.tag in ("failure", "error") for child in case)
+    outcomes[folder, part, int(case.get("name").split()[-1])] = "failed" if failed else "passed"
+  assert outcomes, proc.stdout + proc.stderr
+
+  graded = {}
+  for part, (proc, folder, out, before) in graders.items():
+    proc = finish(proc)
+    assert (out / "grades.csv").exists(), proc.stdout + proc.stderr
+    with open(out / "grades.csv", newline="") as f:
+      rows = {(r["student"], r["exercise"]): r for r in csv.DictReader(f)}
+    graded[part] = (proc, rows, before, digest(folder))
+  return {"nbval": outcomes, "graded": graded}
 
 
-def test_grader_runs_and_summarizes(graded):
-  proc, rows, *_ = graded
+@pytest.fixture(scope="module")
+def nbval_outcomes(runs):
+  return runs["nbval"]
+
+
+def check_cell_numbers(nb) -> dict:
+  code = [c for c in nb.cells if c.cell_type == "code"]
+  return {c.metadata["exercise"]: i for i, c in enumerate(code) if c.metadata.get("role") == "check"}
+
+
+@pytest.mark.parametrize("part", PARTS)
+def test_nbval_fails_every_check_of_the_stub(nbval_outcomes, part):
+  exercises = PARTS[part]
+  checks = check_cell_numbers(nbformat.read(stub_path(part), as_version=4))
+  assert list(checks) == exercises
+  assert ({ex: nbval_outcomes["stub", part, i] for ex, i in checks.items()}
+          == dict.fromkeys(exercises, "failed"))
+  assert nbval_outcomes["stub", part, 0] == "passed"   # the setup cell
+
+
+@pytest.mark.parametrize("part", PARTS)
+def test_nbval_passes_the_solutions(nbval_outcomes, all_solutions, part):
+  cells = [k for k in nbval_outcomes if k[:2] == ("solutions", part)]
+  assert len(cells) == len([c for c in all_solutions[part].cells if c.cell_type == "code"])
+  assert all(nbval_outcomes[k] == "passed" for k in cells), nbval_outcomes
+
+
+# --- The grader --------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def all_graded(runs):
+  return runs["graded"]
+
+
+@pytest.fixture(scope="module")
+def graded(all_graded):
+  """Part 1's run: (process, {(student, exercise): row}, folder digests before, after)."""
+  return all_graded["part1"]
+
+
+def statuses(rows, student, exercises=EXERCISES):
+  return {ex: rows[student, ex]["status"] for ex in exercises}
+
+
+@pytest.mark.parametrize("part", PARTS)
+def test_grader_runs_and_summarizes(all_graded, part):
+  proc, rows, *_ = all_graded[part]
+  n = len(PARTS[part])
+  students = {s for s, _ in rows}
   assert proc.returncode == 0, proc.stdout + proc.stderr
-  assert len(rows) == 6 * len(EXERCISES)
+  assert len(rows) == len(students) * n
   lines = proc.stdout.splitlines()
-  assert any(line.split()[:1] == ["full"] and line.endswith("6/6") for line in lines), proc.stdout
+  assert any(line.split()[:1] == ["full"] and line.endswith(f"{n}/{n}") for line in lines), proc.stdout
+  assert any(line.split()[:1] == ["stub"] and line.endswith(f"0/{n}") for line in lines), proc.stdout
   assert any(line.startswith("pass rate") for line in lines), proc.stdout
-  assert "grading part1" in proc.stderr   # the progress bar
+  assert f"grading {part}" in proc.stderr   # the progress bar
 
 
-def test_grader_full_marks_for_the_solutions(graded):
-  _, rows, *_ = graded
-  assert statuses(rows, "full") == dict.fromkeys(EXERCISES, "pass")
-  assert all(rows["full", ex]["reason"] == "" for ex in EXERCISES)
+@pytest.mark.parametrize("part", PARTS)
+def test_grader_full_marks_for_the_solutions(all_graded, part):
+  _, rows, *_ = all_graded[part]
+  exercises = PARTS[part]
+  assert statuses(rows, "full", exercises) == dict.fromkeys(exercises, "pass")
+  assert all(rows["full", ex]["reason"] == "" for ex in exercises)
 
 
-def test_grader_zero_for_the_stub(graded):
-  _, rows, *_ = graded
-  assert statuses(rows, "stub") == dict.fromkeys(EXERCISES, "fail")
-  for ex in EXERCISES:
+@pytest.mark.parametrize("part", PARTS)
+def test_grader_zero_for_the_stub(all_graded, part):
+  _, rows, *_ = all_graded[part]
+  exercises = PARTS[part]
+  assert statuses(rows, "stub", exercises) == dict.fromkeys(exercises, "fail")
+  for ex in exercises:
     assert f"NotImplementedError: Exercise {ex}" in rows["stub", ex]["reason"]
+
+
+@pytest.mark.parametrize("part", PARTS)
+def test_checks_catch_plausible_mistakes(all_graded, part):
+  _, rows, *_ = all_graded[part]
+  for ex in PARTS[part]:
+    row = rows["all_wrong", ex]
+    assert row["status"] == "fail", row
+    assert row["reason"].startswith(f"check failed: AssertionError: Exercise {ex}"), row
 
 
 def test_grader_partial_marks(graded):
   _, rows, *_ = graded
   assert statuses(rows, "one_wrong") == {**dict.fromkeys(EXERCISES, "pass"), "1.4": "fail"}
   assert rows["one_wrong", "1.4"]["reason"].startswith("check failed: AssertionError: Exercise 1.4")
-
-
-def test_checks_catch_plausible_mistakes(graded):
-  _, rows, *_ = graded
-  for ex in EXERCISES:
-    row = rows["all_wrong", ex]
-    assert row["status"] == "fail", row
-    assert row["reason"].startswith(f"check failed: AssertionError: Exercise {ex}"), row
 
 
 def test_grader_uses_its_own_check_cells(graded):
@@ -224,8 +344,9 @@ def test_grader_survives_a_corrupt_notebook(graded):
   assert all(rows["corrupt", ex]["reason"].startswith("unreadable notebook") for ex in EXERCISES)
 
 
-def test_grader_does_not_modify_submissions(graded):
-  _, _, before, after = graded
+@pytest.mark.parametrize("part", PARTS)
+def test_grader_does_not_modify_submissions(all_graded, part):
+  _, _, before, after = all_graded[part]
   assert before == after
 
 

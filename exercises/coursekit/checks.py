@@ -23,6 +23,7 @@ def setup():
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
   import jax
   jax.config.update("jax_enable_x64", True)
+  jax.config.update("jax_pprint_use_color", False)   # plain text, to compare jaxprs
   jax.numpy.zeros(()).block_until_ready()
   np.set_printoptions(precision=6, suppress=True)
 

@@ -38,7 +38,7 @@ from tqdm import tqdm
 
 from .stubs import EXERCISES
 
-FIELDS = ("student", "exercise", "status", "reason")
+FIELDS = ("student", "part", "exercise", "status", "reason")
 
 
 # --- Grafting the canonical check cells ---------------------------------------------------
@@ -180,34 +180,55 @@ def summary(rows: list[dict], exercises: list[str]) -> str:
   return "\n".join(lines)
 
 
+def part_of(path: Path) -> str | None:
+  """The part a submission answers, from the stub's metadata it carries."""
+  try:
+    with open(path) as f:
+      return json.load(f)["metadata"]["coursekit"]["part"]
+  except Exception:  # noqa: BLE001 (unreadable or foreign notebooks: unknown)
+    return None
+
+
 def main(argv=None) -> int:
   ap = argparse.ArgumentParser(prog="python -m coursekit.grade",
                                description="Grade a folder of submitted notebooks.")
   ap.add_argument("submissions", type=Path, help="folder of <student>.ipynb files")
   ap.add_argument("--out", type=Path, default=Path("."), help="folder for grades.csv (default: .)")
-  ap.add_argument("--part", help="which exercises/<part>.ipynb to grade against "
-                  "(default: the only one there is)")
+  ap.add_argument("--part", help="grade every submission against exercises/<part>.ipynb "
+                  "(default: each notebook's own part, from its metadata)")
   ap.add_argument("--timeout", type=float, default=120, help="seconds per cell (default 120)")
   ap.add_argument("--jobs", type=int, default=1, help="submissions graded at once (default 1)")
   args = ap.parse_args(argv)
 
-  stubs = sorted(EXERCISES.glob("*.ipynb"))
-  if args.part:
-    stubs = [p for p in stubs if p.stem == args.part]
-  if len(stubs) != 1:
-    ap.error(f"pick one of {[p.stem for p in sorted(EXERCISES.glob('*.ipynb'))]} with --part")
-  canonical = nbformat.read(stubs[0], as_version=4)
-  exercises = [c.metadata["exercise"] for c in canonical.cells if is_check(c)]
+  stubs = {p.stem: p for p in sorted(EXERCISES.glob("*.ipynb"))}
+  if args.part and args.part not in stubs:
+    ap.error(f"no exercises/{args.part}.ipynb; pick one of {sorted(stubs)}")
   paths = sorted(args.submissions.glob("*.ipynb"))
   if not paths:
     print(f"no .ipynb files in {args.submissions}", file=sys.stderr)
     return 1
 
-  with ThreadPoolExecutor(max(args.jobs, 1)) as pool:
-    futures = [pool.submit(grade_notebook, p, canonical, args.timeout) for p in paths]
-    rows = []
-    for f in tqdm(futures, desc=f"grading {stubs[0].stem}", unit="notebook", file=sys.stderr):
-      rows.extend(f.result())
+  # Which part each submission answers: --part, else the notebook's own metadata.
+  groups: dict = {}
+  for path in paths:
+    groups.setdefault(args.part or part_of(path), []).append(path)
+  rows, tables = [], []
+  for part, group in groups.items():
+    if part not in stubs:
+      for path in group:
+        rows.append(dict(student=path.stem, part=part or "?", exercise="*", status="fail",
+                         reason=f"can't tell which part this is ({part or 'no coursekit.part metadata'}); "
+                                f"grade it with --part, one of {sorted(stubs)}"))
+      continue
+    canonical = nbformat.read(stubs[part], as_version=4)
+    exercises = [c.metadata["exercise"] for c in canonical.cells if is_check(c)]
+    with ThreadPoolExecutor(max(args.jobs, 1)) as pool:
+      futures = [pool.submit(grade_notebook, p, canonical, args.timeout) for p in group]
+      part_rows = []
+      for f in tqdm(futures, desc=f"grading {part}", unit="notebook", file=sys.stderr):
+        part_rows.extend(dict(r, part=part) for r in f.result())
+    rows.extend(part_rows)
+    tables.append(f"{part}:\n{summary(part_rows, exercises)}")
 
   args.out.mkdir(parents=True, exist_ok=True)
   out = args.out / "grades.csv"
@@ -215,7 +236,7 @@ def main(argv=None) -> int:
     writer = csv.DictWriter(f, FIELDS)
     writer.writeheader()
     writer.writerows(rows)
-  print(summary(rows, exercises))
+  print("\n\n".join(tables))
   print(f"wrote {out}")
   return 0
 
