@@ -102,12 +102,18 @@ class Context:
     return tqdm.tqdm(cases, desc=desc, total=len(cases), file=sys.stderr,
                      leave=False, dynamic_ncols=True)
 
-  def time(self, fn: Callable[[], object]) -> Timing:
+  def time(self, fn: Callable[[], object], **settings) -> Timing:
     """Time `fn()` like `timeit`; see `time_many`."""
-    return self.time_many({"fn": fn})["fn"]
+    return self.time_many({"fn": fn}, **settings)["fn"]
 
-  def time_many(self, fns: dict[str, Callable[[], object]]) -> dict[str, Timing]:
+  def time_many(self, fns: dict[str, Callable[[], object]], *,
+                repeat: int | None = None, min_repeat_s: float | None = None,
+                warmup_s: float | None = None) -> dict[str, Timing]:
     """Time each `fn()` like `timeit`: warm up, pick a loop count, repeat.
+
+    `repeat`, `min_repeat_s` and `warmup_s` override the context's settings
+    for this call only: a case that takes seconds per call can ask for fewer
+    repeats (a section that does so should say it in its notes).
 
     The warm-up runs each `fn` for at least `warmup_s` (so caches, JAX's
     compiled executables, lazy imports, ... are all in place before we
@@ -118,20 +124,23 @@ class Context:
     processes and the garbage collector more than `fn`. The median is kept in
     results.json too.
     """
+    repeat = self.repeat if repeat is None else repeat
+    min_repeat_s = self.min_repeat_s if min_repeat_s is None else min_repeat_s
+    warmup_s = self.warmup_s if warmup_s is None else warmup_s
     timers, numbers = {}, {}
     for key, fn in fns.items():
       fn()
-      deadline = timeit.default_timer() + self.warmup_s
+      deadline = timeit.default_timer() + warmup_s
       while timeit.default_timer() < deadline:
         fn()
       timers[key] = timer = timeit.Timer(fn)   # timeit disables the GC while it times
       number = 1
-      while timer.timeit(number) < self.min_repeat_s:   # like Timer.autorange
+      while timer.timeit(number) < min_repeat_s:   # like Timer.autorange
         number *= 2 if number < 8 else 4
       numbers[key] = number
     gc.collect()
     per_call = {key: [] for key in fns}
-    for _ in range(self.repeat):
+    for _ in range(repeat):
       for key, timer in timers.items():
         per_call[key].append(timer.timeit(numbers[key]) / numbers[key] * 1e6)
     return {key: Timing(min(ts), statistics.median(ts), numbers[key], ts)

@@ -53,8 +53,18 @@ exp_p = Primitive("exp")
 log_p = Primitive("log")
 tanh_p = Primitive("tanh")
 
+
+def _div(x, y):
+  """Division as lax.div: integers divide with truncation toward zero (C style,
+  like StableHLO's divide), keeping their dtype; NumPy's `/` would give floats."""
+  if np.result_type(x, y).kind not in "iu":
+    return np.divide(x, y)
+  q = np.floor_divide(x, y)   # rounds down: add one where that went past zero
+  return q + ((np.remainder(x, y) != 0) & ((np.less(x, 0)) != (np.less(y, 0))))
+
+
 binary_primitives = {
-    add_p: np.add, sub_p: np.subtract, mul_p: np.multiply, div_p: np.divide,
+    add_p: np.add, sub_p: np.subtract, mul_p: np.multiply, div_p: _div,
     max_p: np.maximum, greater_p: np.greater, less_p: np.less,
     greater_equal_p: np.greater_equal, less_equal_p: np.less_equal}
 comparison_primitives = {greater_p, less_p, greater_equal_p, less_equal_p}
@@ -88,8 +98,11 @@ def tanh(x): return tanh_p.bind(x)
 
 reduce_sum_p = Primitive("reduce_sum")
 reduce_max_p = Primitive("reduce_max")
-impl_rules[reduce_sum_p] = lambda x, *, axes: np.sum(x, axes)
-impl_rules[reduce_max_p] = lambda x, *, axes: np.max(x, axes)
+# np.asarray: np.sum would call an array-like's own .sum(axis, out=...) method;
+# dtype: NumPy sums small ints as int64, lax keeps the operand's dtype.
+impl_rules[reduce_sum_p] = lambda x, *, axes: np.sum(np.asarray(x), axes,
+                                                      dtype=np.result_type(x))
+impl_rules[reduce_max_p] = lambda x, *, axes: np.max(np.asarray(x), axes)
 
 
 def _canonical_axes(axis, ndim) -> tuple:

@@ -30,7 +30,7 @@ def _dtype_of(x):
   as weak too: they adopt the other operand's dtype)."""
   if type(x) in _PY_SCALARS:
     return x
-  if isinstance(x, Tracer):
+  if isinstance(x, Tracer) or _is_weak(x):   # a tracer, or a weakly-typed device Array
     aval = x.aval
     return _WEAK_STANDIN[aval.dtype.kind] if aval.weak_type else aval.dtype
   if not is_array(x):
@@ -59,7 +59,13 @@ def astype(x, dtype):
   return x if _np.result_type(_dtype_of(x)) == dtype else lax.convert_element_type(x, dtype)
 
 
+def _is_weak(x) -> bool:
+  return type(x) in _PY_SCALARS or getattr(getattr(x, "aval", None), "weak_type", False)
+
+
 def _promote(*xs):
+  if all(_is_weak(x) for x in xs):
+    return list(xs)   # all weakly typed: lax promotes them, and the result stays weak (as JAX)
   dtype = result_type(*xs)
   return [astype(x, dtype) for x in xs]
 
@@ -88,6 +94,20 @@ def _weak(out, *xs):
 
 def _binary(op):
   def fn(x, y):
+    # Fast paths (the common cases while tracing): two tracers of one type, or
+    # a strong float tracer and a Python float. Same result as the general path.
+    if isinstance(x, Tracer):
+      ax = x.aval
+      if isinstance(y, Tracer):
+        ay = y.aval
+        if ax.shape == ay.shape and ax.dtype == ay.dtype and ax.weak_type == ay.weak_type:
+          return op(x, y)
+      elif type(y) is float and ax.dtype.kind == "f" and not ax.weak_type:
+        return op(x, ax.dtype.type(y))
+    elif type(x) is float and isinstance(y, Tracer):
+      ay = y.aval
+      if ay.dtype.kind == "f" and not ay.weak_type:
+        return op(ay.dtype.type(x), y)
     x0, y0 = x, y
     x, y = _promote(x, y)
     out_shape = _np.broadcast_shapes(_np.shape(x), _np.shape(y))
