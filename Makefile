@@ -22,7 +22,7 @@ $(STAMP): requirements.txt pyproject.toml scripts/setup.sh scripts/fetch_widget_
 	bash scripts/setup.sh
 
 book: $(STAMP)
-	$(BIN)/jupyter-book build . -W -n --keep-going
+	bash scripts/build_book.sh
 	@echo "The book is at file://$(CURDIR)/_build/html/index.html  (make serve to serve it)"
 
 serve: book

@@ -364,9 +364,12 @@ def explorer(examples: dict, make):
 
 
 def _as_html(obj) -> str:
-  if isinstance(obj, (list, tuple)):
+  """HTML for a pane: a tuple's items side by side, a list's stacked."""
+  if isinstance(obj, tuple):
     return '<div style="display:flex;gap:16px;align-items:flex-start">' + "".join(
-        f"<div>{_as_html(o)}</div>" for o in obj) + "</div>"
+        f'<div style="flex:0 0 auto">{_as_html(o)}</div>' for o in obj) + "</div>"
+  if isinstance(obj, list):
+    return "".join(f"<div>{_as_html(o)}</div>" for o in obj)
   if hasattr(obj, "pipe"):          # a graphviz graph
     svg = obj.pipe(format="svg").decode()
     return svg[svg.index("<svg"):]
@@ -487,10 +490,10 @@ class Columns:
     self.panes = panes
 
   def _repr_html_(self):
-    cols = "".join(
-        f'<div style="flex:1;min-width:0"><div style="font-weight:bold;margin-bottom:4px">'
+    cols = "".join(   # panes wrap onto the next line when the page is narrow
+        f'<div style="flex:1 1 300px;min-width:0"><div style="font-weight:bold;margin-bottom:4px">'
         f'{html.escape(t)}</div>{_as_html(p)}</div>' for t, p in self.panes.items())
-    return f'<div style="display:flex;gap:14px;align-items:flex-start;overflow-x:auto">{cols}</div>'
+    return f'<div style="display:flex;flex-wrap:wrap;gap:14px;align-items:flex-start">{cols}</div>''
 
   def __repr__(self):
     return "\n\n".join(f"--- {t}\n{p}" for t, p in self.panes.items())
