@@ -493,7 +493,7 @@ class Columns:
     cols = "".join(   # panes wrap onto the next line when the page is narrow
         f'<div style="flex:1 1 300px;min-width:0"><div style="font-weight:bold;margin-bottom:4px">'
         f'{html.escape(t)}</div>{_as_html(p)}</div>' for t, p in self.panes.items())
-    return f'<div style="display:flex;flex-wrap:wrap;gap:14px;align-items:flex-start">{cols}</div>''
+    return f'<div style="display:flex;flex-wrap:wrap;gap:14px;align-items:flex-start">{cols}</div>'
 
   def __repr__(self):
     return "\n\n".join(f"--- {t}\n{p}" for t, p in self.panes.items())
