@@ -29,6 +29,7 @@ EXERCISE_DIR = ROOT / "exercises"
 PARTS = {   # part: its exercises, in order
     "part1": ["1.1", "1.2", "1.3", "1.4", "1.5", "1.6"],
     "part2": ["2.1", "2.2", "2.3", "2.4", "2.5", "2.6"],
+    "part3": ["3.1", "3.2", "3.3", "3.4", "3.5"],
 }
 STUB = EXERCISE_DIR / "part1.ipynb"   # the grader's harder cases use Part 1
 EXERCISES = PARTS["part1"]
@@ -51,6 +52,14 @@ MISTAKES = {
     "2.4": ("tracer = self.const_tracers.get(id(val))", "tracer = None"),
     "2.5": ("s = letters[n % 26] + s", "s = letters[n % 26 - 1] + s"),
     "2.6": ("Lit(1.)]", "Lit(np.float64(1.))]"),
+    # Part 3
+    "3.1": ("y = ctx.convert(y, y_aval, out.dtype)", "y = y"),
+    "3.2": ("init = -np.inf", "init = np.finfo(dtype).min"),
+    "3.3": ("a.shape[:d] + (axis_size,) + a.shape[d:]", "(axis_size,) + a.shape"),
+    "3.4": ("avals = tuple(core.raise_to_shaped(core.get_aval(x)) for x in leaves)",
+            "avals = tuple((np.shape(x), np.result_type(x)) for x in leaves)"),
+    "3.5": ("runtime.device_put(np.asarray(x, aval.dtype), platform)",
+            "runtime.device_put(np.asarray(x), platform)"),
 }
 
 
