@@ -55,9 +55,14 @@ def _tangent_for(primal, tangent):
     raise TransformationError(
         f"jvp: each tangent must have its primal's shape; got primal "
         f"{p.str_short()} with tangent {t.str_short()}.")
-  if (type(tangent) in (bool, int, float) and np.issubdtype(p.dtype, np.inexact)
-      and t.dtype != p.dtype):
-    return p.dtype.type(tangent)   # a Python scalar takes the primal's dtype
+  if type(tangent) in (bool, int, float):
+    if np.issubdtype(p.dtype, np.inexact) and t.dtype != p.dtype:
+      return p.dtype.type(tangent)   # a Python scalar takes the primal's dtype
+  elif t.dtype != p.dtype and np.issubdtype(p.dtype, np.inexact):
+    raise TransformationError(
+        f"jvp: each tangent must have its primal's dtype; got primal "
+        f"{p.str_short()} with tangent {t.str_short()}. Convert the tangent "
+        f"with .astype({p.dtype.name}).")
   return tangent
 
 
@@ -306,23 +311,39 @@ def vjp(fun, *primals, has_aux=False):
   if has_aux:
     aux_store = []
     def fun_main(*args):
-      out, aux = fun(*args)
-      aux_store.append(aux)
-      return out
+      res = fun(*args)
+      if not isinstance(res, (tuple, list)) or len(res) != 2:
+        got = (f"a {type(res).__name__} of length {len(res)}" if isinstance(res, (tuple, list))
+               else "an array" if isinstance(res, (Tracer, *array_types)) else type(res).__name__)
+        raise TypeError("with has_aux=True the function must return a two-element "
+                        f"tuple (output, aux), but it returned {got}.")
+      aux_store.append(tree_flatten(res[1]))
+      return res[0]
   else:
     fun_main = fun
   flat_fun, out_tree = flatten_fun(fun_main, in_tree)
+  if has_aux:   # aux leaves leave as extra outputs, so they come out concrete
+    flat_main = flat_fun
+    flat_fun = lambda *args: [*flat_main(*args), *aux_store[-1][0]]
   primals_out, f_vjp_flat = vjp_flat(flat_fun, primals_flat)
   out_tree = out_tree()
+  aux_out, primals_out = primals_out[out_tree.num_leaves:], primals_out[:out_tree.num_leaves]
+  aux_cts = [ad.Zero.from_value(x) for x in aux_out]   # no cotangent flows from aux
 
   def f_vjp(ct):
     cts_flat, tree2 = tree_flatten(ct)
     if tree2 != out_tree:
       raise TreeMismatchError("vjp: the cotangent must be structured like the output", out_tree, tree2)
-    return tree_unflatten(in_tree, f_vjp_flat(*cts_flat))
+    for c, y in zip(cts_flat, primals_out):
+      want, got = get_aval(y), get_aval(c)
+      if got.shape != want.shape or (type(c) not in (bool, int, float) and got.dtype != want.dtype):
+        raise TransformationError(
+            f"vjp: each cotangent must have its output's shape and dtype; got a "
+            f"cotangent {got.str_short()} for an output {want.str_short()}.")
+    return tree_unflatten(in_tree, f_vjp_flat(*cts_flat, *aux_cts))
   f_vjp.jaxpr = f_vjp_flat.jaxpr   # the linear jaxpr that the backward pass runs
   out = tree_unflatten(out_tree, primals_out)
-  return (out, f_vjp, aux_store[0]) if has_aux else (out, f_vjp)
+  return (out, f_vjp, tree_unflatten(aux_store[-1][1], aux_out)) if has_aux else (out, f_vjp)
 
 
 def value_and_grad(fun, argnums=0, has_aux=False):
@@ -334,6 +355,13 @@ def value_and_grad(fun, argnums=0, has_aux=False):
         raise TransformationError(f"grad: argnums={argnums} but the function got "
                                   f"{len(args)} arguments")
     dyn = tuple(args[i] for i in nums)
+    for x in tree_flatten(dyn)[0]:
+      dt = get_aval(x).dtype
+      if not np.issubdtype(dt, np.inexact):
+        raise TypeError(
+            f"grad requires floating-point inputs, but an argument differentiated "
+            f"(argnums={argnums}) has dtype {dt.name}. Convert it to a float, leave "
+            "it out of argnums, or use vjp.")
 
     def f_dyn(*d):
       full = list(args)
@@ -386,7 +414,9 @@ def jacrev(fun, argnums=0):
     n = int(np.size(y))
     dtype = np.result_type(get_aval(y).dtype)
     basis = np.eye(n, dtype=dtype).reshape((n, *np.shape(y)))
-    cols = vmap(f_vjp)(basis)              # per input: (n, *x.shape)
-    cols = [lax.reshape(c, (*np.shape(y), *np.shape(x))) for c, x in zip(cols, dyn)]
+    cols = vmap(f_vjp)(basis)              # per input leaf: (n, *x.shape)
+    cols_flat, cols_tree = tree_flatten(cols)
+    cols = tree_unflatten(cols_tree, [_reshape(c, (*np.shape(y), *np.shape(x)))
+                                      for c, x in zip(cols_flat, tree_flatten(dyn)[0])])
     return cols[0] if isinstance(argnums, int) else tuple(cols)
   return jacfun

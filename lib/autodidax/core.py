@@ -19,7 +19,28 @@ class Primitive:
   """An atomic operation. Transformations interpret it through rule tables.
 
   User code calls thin wrappers (`autodidax.lax.sin`) that call `bind`; the
-  interpreters decide what a `bind` means.
+  interpreters decide what a `bind` means. Defining a new primitive works as
+  in JAX, and fills the same tables the built-in primitives use:
+
+      multiply_add_p = Primitive("multiply_add")   # multiple_results=False
+      def multiply_add(x, y, z):                   # operands positional,
+        return multiply_add_p.bind(x, y, z)        # static params as keywords
+
+      multiply_add_p.def_impl(impl)                # impl(x, y, z) on arrays
+      multiply_add_p.def_abstract_eval(aeval)      # aeval(ShapedArray, ...)
+      ad.jvp_rules[multiply_add_p] = jvp           # jvp(primals, tangents)
+      # or ad.defjvp(multiply_add_p, jvp_x, jvp_y, jvp_z)
+      ad.transpose_rules[multiply_add_p] = transpose  # (ct, *UndefPrimal|value)
+      batching.vmap_rules[multiply_add_p] = batch  # (axis_size, vals, dims)
+      lowering.register_lowering(multiply_add_p, lower)  # (ctx, *ssa_names)
+
+  Each rule is needed only by the transformations that use it: eager
+  evaluation needs the impl; `jit` and `make_jaxpr` the abstract eval; `jit`
+  also the lowering; `jvp` the JVP rule; `grad` and `vjp` the JVP rule and a
+  transpose rule for every primitive the JVP rule applies to the tangents;
+  `vmap` the batching rule. A missing one raises `MissingRuleError`, e.g.
+  "JVP rule for 'multiply_add' not implemented". With `multiple_results=True`
+  `bind` returns a list and every rule takes and returns lists of outputs.
   """
   multiple_results = False
 
@@ -352,6 +373,7 @@ def find_top_trace(xs) -> Trace:
                  default=trace_stack[0], key=operator.attrgetter("level"))
   if dynamic_trace and dynamic_trace.level > top_main.level:
     top_main = dynamic_trace
+  check_live(top_main)   # a tracer whose transformation has finished can't lead
   return top_main.trace_type(top_main)
 
 
