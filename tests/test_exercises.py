@@ -30,6 +30,7 @@ PARTS = {   # part: its exercises, in order
     "part1": ["1.1", "1.2", "1.3", "1.4", "1.5", "1.6"],
     "part2": ["2.1", "2.2", "2.3", "2.4", "2.5", "2.6"],
     "part3": ["3.1", "3.2", "3.3", "3.4", "3.5"],
+    "part4": ["4.1", "4.2", "4.3", "4.4", "4.5", "4.6", "4.7"],
 }
 STUB = EXERCISE_DIR / "part1.ipynb"   # the grader's harder cases use Part 1
 EXERCISES = PARTS["part1"]
@@ -60,6 +61,16 @@ MISTAKES = {
             "avals = tuple((np.shape(x), np.result_type(x)) for x in leaves)"),
     "3.5": ("runtime.device_put(np.asarray(x, aval.dtype), platform)",
             "runtime.device_put(np.asarray(x), platform)"),
+    # Part 4
+    "4.1": ("[lax.reduce_sum(ct, axes)]", "[lax.reduce_sum(ct, None)]"),
+    "4.2": ("return [unbroadcast(lax.mul(ct, y), x), None]", "return [lax.mul(ct, y), None]"),
+    "4.3": ("ConstRecipe(tracer.pval.const))", "ConstRecipe(tracer))"),
+    "4.4": ("if type(x) is Var and not unknown[x] and x not in residuals:",
+            "if type(x) is Var and not unknown[x]:"),
+    "4.5": ("ct_env[x] = add_tangents(ct_env[x], ct) if x in ct_env else ct", "ct_env[x] = ct"),
+    "4.6": ("return grads[0] if isinstance(argnums, int) else tuple(grads)", "return tuple(grads)"),
+    "4.7": ("  env = dict(zip(jaxpr.invars, args))   # every primal value, computed once",
+            "  return naive_grad(jaxpr, args)"),
 }
 
 
