@@ -197,6 +197,8 @@ def _fmt(value, fmt: str) -> str:
     return f"{value:.2f}" if value < 10 else f"{value:.1f}"
   if fmt == "ratio":
     return f"{value:.2f}"
+  if fmt == "s":
+    return f"{value:.3g}"
   if fmt == "x":
     return f"{value:.1f}×"
   if fmt == "met":
