@@ -182,6 +182,22 @@ def normalized(nb) -> nbformat.NotebookNode:
   return nb
 
 
+_HINT = re.compile(r"^\*(Hints?):\*\s*", re.M)
+
+
+def fold_hints(markdown: str) -> str:
+  """Fold a statement's hints away: from a `*Hint:*` (or `*Hints:*`) line to
+  the end of the cell becomes a collapsed <details> block, which JupyterLab
+  shows as a toggle, so nobody reads the hint before wanting to."""
+  m = _HINT.search(markdown)
+  if not m:
+    return markdown
+  before, hint = markdown[:m.start()], markdown[m.end():].strip()
+  hint = hint[:1].upper() + hint[1:]
+  return (f"{before}<details><summary><b>{m.group(1)}</b> (click to show)</summary>\n\n"
+          f"{hint}\n\n</details>\n")
+
+
 def make_stub(ref) -> nbformat.NotebookNode:
   """The learner's notebook, from an executed reference notebook."""
   stub = copy.deepcopy(ref)
@@ -189,6 +205,8 @@ def make_stub(ref) -> nbformat.NotebookNode:
   titles = {ex: entry["title"] for ex, entry in exs.items()}
   for cell in stub.cells:
     role = cell.metadata.get("role")
+    if cell.cell_type == "markdown":
+      cell.source = fold_hints(cell.source)
     if cell.cell_type != "code":
       continue
     if role == "check":
