@@ -97,6 +97,7 @@ class Page:
   def __init__(self, context, path):
     self.problems = []
     self.page = page = context.new_page()
+    page.set_default_timeout(90_000)   # generous: a loaded 2-core machine is slow
     page.on("console", lambda m: m.type in ("error", "assert")
             and self.problems.append(f"console {m.type}: {m.text} {m.location}"))
     page.on("pageerror", lambda e: self.problems.append(f"uncaught: {e}"))
@@ -175,3 +176,88 @@ def _svg_source(img):
     return ""
   path = Path(unquote(urlparse(src).path))
   return path.read_text(errors="replace") if path.is_file() else ""
+
+
+# -- Every page of the site -------------------------------------------------------
+
+def _toc_pages() -> list[str]:
+  """The built pages in the order of _toc.yml (root first)."""
+  import yaml
+  toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+  files = [toc["root"]]
+
+  def walk(entries):
+    for e in entries or []:
+      if "file" in e:
+        files.append(e["file"])
+      walk(e.get("chapters") or e.get("sections"))
+
+  walk(toc.get("chapters"))
+  for part in toc.get("parts") or []:
+    walk(part.get("chapters"))
+  return [f + ".html" for f in files]
+
+
+@pytest.mark.parametrize("rel", _toc_pages())
+def test_every_page_renders_offline_without_errors(build, browser, rel):
+  """No console errors or failed requests with the network off; every image
+  loaded and every inline picture drawn with a size."""
+  if not WIDGET_JS.is_file():
+    _skip_or_fail("widget JavaScript not fetched (scripts/fetch_widget_js.sh needs npm)")
+  p = _page(build, browser, rel)
+  p.settle()
+  page = p.page
+  broken = page.evaluate("""() => [...document.images]
+      .filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src)""")
+  assert broken == [], f"images that did not load: {broken}"
+  empty = page.evaluate("""() => [...document.querySelectorAll('.cell_output svg')]
+      .filter(s => s.closest('.widget-stack, .jupyter-widgets') === null)
+      .filter(s => { const b = s.getBoundingClientRect(); return !(b.width > 0 && b.height > 0); })
+      .length""")
+  assert empty == 0, f"{empty} inline SVG pictures have no size"
+  assert p.problems == []
+  page.close()
+
+
+def test_internal_links_and_anchors_resolve(build):
+  """Every relative link in the built site points at a file that exists, and
+  every #fragment at an id on that page (Sphinx's -n catches most of these at
+  build time; this also covers raw HTML and the theme's navigation)."""
+  if build.returncode != 0:
+    pytest.skip("the build failed")
+  href = re.compile(r'href="([^"#?]*)(#[^"]*)?"')
+  ids_cache: dict = {}
+
+  def ids(path):
+    if path not in ids_cache:
+      ids_cache[path] = set(re.findall(r'id="([^"]+)"', path.read_text(errors="replace")))
+    return ids_cache[path]
+
+  bad = []
+  for page in HTML.rglob("*.html"):
+    if "_static" in page.parts or "_sources" in page.parts:
+      continue
+    for target, frag in href.findall(page.read_text(errors="replace")):
+      if re.match(r"^[a-z]+:", target) or target.startswith("//"):
+        continue   # external (the site makes none that matter offline)
+      dest = (page.parent / unquote(target)).resolve() if target else page
+      if dest.is_dir():
+        dest = dest / "index.html"
+      if not dest.exists():
+        bad.append(f"{page.relative_to(HTML)} -> {target}")
+      elif frag and len(frag) > 1 and dest.suffix == ".html" and unquote(frag[1:]) not in ids(dest):
+        bad.append(f"{page.relative_to(HTML)} -> {target}{frag}")
+  assert bad == [], "broken internal links:\n" + "\n".join(sorted(set(bad))[:40])
+
+
+def test_navigation_follows_the_table_of_contents(build):
+  """Each page's "next" link goes to the next page of _toc.yml."""
+  if build.returncode != 0:
+    pytest.skip("the build failed")
+  pages = _toc_pages()
+  for here, there in zip(pages, pages[1:]):
+    text = (HTML / here).read_text()
+    m = re.search(r'<a class=[\'"]right-next[\'"][^>]*href="([^"]+)"', text)
+    assert m, f"{here} has no 'next' link"
+    assert (HTML / here).parent.joinpath(m.group(1)).resolve() == (HTML / there).resolve(), \
+        f"{here}: next is {m.group(1)}, expected {there}"
