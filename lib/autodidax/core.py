@@ -165,7 +165,7 @@ class ConcreteArray(ShapedArray):
     self.val = val
     self.shape = np.shape(val)
     self.dtype = np.result_type(val)
-    self.weak_type = type(val) in _PY_SCALARS
+    self.weak_type = type(val) in _PY_SCALARS or getattr(val, "weak_type", False)
 
   def _bool(self, tracer):
     return bool(self.val)

@@ -53,7 +53,8 @@ def _mlir_scalar(val, dtype) -> str:
     return str(int(val))
   v = float(val)
   if math.isfinite(v):
-    return repr(v) if "e" in repr(v) or "." in repr(v) else f"{v:.1f}"
+    r = repr(v)   # MLIR floats need a ".": write 1e-08 as 1.0e-08
+    return r if "." in r else r.replace("e", ".0e") if "e" in r else f"{v:.1f}"
   bits = np.array(v, dtype).view(f"u{dtype.itemsize}")   # MLIR writes inf/nan in hex
   return f"0x{int(bits):0{2 * dtype.itemsize}X}"
 
@@ -62,7 +63,8 @@ def dense_literal(x: np.ndarray) -> str:
   """A `dense<...>` attribute holding the array `x`."""
   x = np.asarray(x)
   flat = x.ravel()
-  if x.ndim == 0 or (flat.size and (flat == flat[0]).all()):   # one value for all
+  # One value for all (compared bitwise, so that 0.0 and -0.0 differ):
+  if x.ndim == 0 or (flat.size and flat.tobytes() == flat[:1].tobytes() * flat.size):
     return f"dense<{_mlir_scalar(flat[0] if flat.size else 0, x.dtype)}>"
 
   def nest(a):
@@ -292,7 +294,8 @@ def _convert_lowering(ctx, x, *, new_dtype):
     # NumPy's astype(bool) means "is nonzero"; say so explicitly.
     zero = ctx.broadcast_in_dim(ctx.constant(0, aval.dtype), aval.update(shape=()), aval.shape, [])
     t = mlir_type(aval)
-    kind = "FLOAT" if np.issubdtype(aval.dtype, np.floating) else "SIGNED"
+    kind = ("FLOAT" if np.issubdtype(aval.dtype, np.floating) else
+            "UNSIGNED" if np.issubdtype(aval.dtype, np.unsignedinteger) else "SIGNED")
     return ctx.emit(f"stablehlo.compare NE, {x}, {zero}, {kind} : ({t}, {t}) -> {mlir_type(out)}")
   return ctx.emit(f"stablehlo.convert {x} : ({mlir_type(aval)}) -> {mlir_type(out)}")
 

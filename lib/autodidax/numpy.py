@@ -286,6 +286,17 @@ def _swap(f):
   return lambda self, other: f(other, self)
 
 
+def _reduction_method(fn):
+  """`x.sum(...)` with NumPy's method signature: np.sum(x) calls x.sum(axis=, out=)."""
+  def method(self, axis=None, dtype=None, out=None, keepdims=False):
+    if out is not None:
+      raise TypeError(f"{fn.__name__}: out= is not supported (arrays are immutable)")
+    y = fn(self, axis, keepdims)
+    return y if dtype is None else astype(y, dtype)
+  method.__name__ = fn.__name__
+  return method
+
+
 def _install_tracer_methods(cls):
   cls.__add__, cls.__radd__ = add, _swap(add)
   cls.__sub__, cls.__rsub__ = subtract, _swap(subtract)
@@ -298,7 +309,7 @@ def _install_tracer_methods(cls):
   cls.__gt__, cls.__lt__ = greater, less
   cls.__ge__, cls.__le__ = greater_equal, less_equal
   cls.T = property(transpose)
-  cls.sum, cls.max, cls.mean = sum, max, mean
+  cls.sum, cls.max, cls.mean = map(_reduction_method, (sum, max, mean))
   cls.reshape = lambda self, *shape: reshape(
       self, shape[0] if len(shape) == 1 and not isinstance(shape[0], int) else shape)
   cls.astype = astype

@@ -11,13 +11,13 @@ import weakref
 
 import numpy as np
 
-from . import ad, batching, lowering, runtime
+from . import ad, batching, core, lowering, runtime
 from .core import (Primitive, ShapedArray, Tracer, abstract_eval_rules, array_types,
                    impl_rules, raise_to_shaped)
 from .api import _abstractify, _split_static
 from .jaxpr import ClosedJaxpr, Jaxpr, eval_jaxpr, typecheck_jaxpr
 from .partial_eval import trace_to_jaxpr_dynamic
-from .tree_util import flatten_fun, tree_flatten, tree_unflatten
+from .tree_util import LEAF, flatten_fun, tree_flatten, tree_unflatten
 
 xla_call_p = Primitive("xla_call", multiple_results=True)
 
@@ -31,15 +31,19 @@ class Array:
   anything else (printing, NumPy, eager ops) fetches it once and caches it.
   """
   __array_priority__ = 1000
+  __slots__ = ("_buf", "aval", "platform", "_npy", "__weakref__")   # cheap to make
 
   def __init__(self, buf, aval: ShapedArray, platform: str):
-    self._buf, self.aval, self.platform = buf, raise_to_shaped(aval), platform
+    if type(aval) is not ShapedArray:   # avals are immutable: share plain ones
+      aval = raise_to_shaped(aval)
+    self._buf, self.aval, self.platform = buf, aval, platform
     self._npy = None
 
   shape = property(lambda self: self.aval.shape)
   dtype = property(lambda self: self.aval.dtype)
   ndim = property(lambda self: self.aval.ndim)
   size = property(lambda self: self.aval.size)
+  weak_type = property(lambda self: self.aval.weak_type)   # so jit keys on it
 
   def __array__(self, dtype=None, copy=None):
     if self._npy is None:
@@ -71,6 +75,11 @@ class Array:
   def __format__(self, spec):
     return format(np.asarray(self).item() if self.ndim == 0 else np.asarray(self), spec)
 
+  def block_until_ready(self) -> "Array":
+    """Wait for the computation that produces this array (XLA runs asynchronously)."""
+    self._buf.block_until_ready()
+    return self
+
 
 array_types.add(Array)
 
@@ -93,17 +102,30 @@ _executables = weakref.WeakKeyDictionary()   # jaxpr -> {platform: Executable}
 
 def compile_jaxpr(jaxpr: Jaxpr, platform: str, name: str = "jit_fun"):
   """Lower and compile `jaxpr` once per platform; later calls hit the cache."""
-  per_platform = _executables.setdefault(jaxpr, {})
-  if platform not in per_platform:
-    per_platform[platform] = runtime.compile(lowering.lower_jaxpr(jaxpr, name), platform)
-  return per_platform[platform]
+  per_platform = _executables.get(jaxpr)
+  if per_platform is None:
+    per_platform = _executables[jaxpr] = {}
+  exe = per_platform.get(platform)
+  if exe is None:
+    exe = runtime.compile(lowering.lower_jaxpr(jaxpr, name), platform)
+    # The avals of the inputs and outputs, for the input handler and the
+    # output `Array`s: worked out once here rather than on every call.
+    exe.in_avals = [v.aval for v in jaxpr.invars]
+    exe.out_avals = [raise_to_shaped(x.aval) for x in jaxpr.outvars]
+    per_platform[platform] = exe
+  return exe
 
 
 def _xla_call_impl(*args, jaxpr: Jaxpr, num_consts: int, **params):
   platform = _platform(params)
-  exe = compile_jaxpr(jaxpr, platform, params.get("name", "jit_fun"))
-  bufs = [device_buffer(x, v.aval, platform) for x, v in zip(args, jaxpr.invars)]
-  return [Array(b, v.aval, platform) for b, v in zip(exe.execute(bufs), jaxpr.outvars)]
+  return execute_compiled(compile_jaxpr(jaxpr, platform, params.get("name", "jit_fun")),
+                          args, platform)
+
+
+def execute_compiled(exe, args, platform: str) -> list:
+  """Run a compiled jaxpr: input handler, XLA, and an `Array` per output."""
+  bufs = [device_buffer(x, aval, platform) for x, aval in zip(args, exe.in_avals)]
+  return [Array(b, aval, platform) for b, aval in zip(exe.execute(bufs), exe.out_avals)]
 
 
 impl_rules[xla_call_p] = _xla_call_impl
@@ -211,6 +233,26 @@ class _Traced:
     self.jaxpr, self.consts, self.out_tree = jaxpr, consts, out_tree
 
 
+def _fast_signature(args):
+  """A cache key for `args` if every one is a NumPy array, an `Array` or a float.
+
+  They are the arguments whose avals `_specialize` would derive from their
+  shape and dtype alone (a float: f64[], weakly typed); None for anything else.
+  """
+  sig = []
+  for x in args:
+    t = type(x)
+    if t is np.ndarray:
+      sig.append((x.shape, x.dtype))
+    elif t is Array:   # an Array may be weakly typed: part of the signature
+      sig.append((x.aval.shape, x.aval.dtype, x.aval.weak_type))
+    elif t is float:
+      sig.append(float)
+    else:
+      return None
+  return tuple(sig)
+
+
 class jit:
   """`jit(f)(*args)`: trace `f` once per input signature, compile, and run it.
 
@@ -226,6 +268,7 @@ class jit:
     self.platform = platform
     self.trace_count = 0
     self._cache: dict = {}
+    self._fast: dict = {}   # _fast_signature(args) -> (_Traced, {platform: exe})
     self.__name__ = getattr(fun, "__name__", "fun")
     self.__doc__ = getattr(fun, "__doc__", None)
 
@@ -258,9 +301,28 @@ class jit:
     return params
 
   def __call__(self, *args):
+    sig = _fast_signature(args) if not self.static_argnums else None
+    hit = self._fast.get(sig)
+    if hit is not None and core.dynamic_trace is None and not core._bind_observers:
+      return self._call_fast(hit, args)
     traced, args_flat = self._specialize(args)
     outs = xla_call_p.bind(*traced.consts, *args_flat, **self._params(traced))
+    if sig is not None and not any(isinstance(c, Tracer) for c in traced.consts):
+      self._fast[sig] = traced, {}   # next time, take the fast path
     return tree_unflatten(traced.out_tree, outs)
+
+  def _call_fast(self, hit, args):
+    """A call whose arguments are all arrays (no pytrees, no static arguments,
+    no tracers) with a signature seen before. It skips the flattening and the
+    avals of `_specialize`, and `bind`'s dispatch: with no tracer anywhere,
+    `bind` would call `_xla_call_impl`, which is what we do. Same result."""
+    traced, exes = hit
+    platform = self.platform or runtime.default_platform()
+    exe = exes.get(platform)
+    if exe is None:
+      exe = exes[platform] = compile_jaxpr(traced.jaxpr, platform, f"jit_{self.__name__}")
+    outs = execute_compiled(exe, [*traced.consts, *args], platform)
+    return outs[0] if traced.out_tree is LEAF else tree_unflatten(traced.out_tree, outs)
 
   def lower(self, *args) -> "Lowered":
     """Ahead of time: trace and lower for these arguments (or specs), no run."""
@@ -303,7 +365,19 @@ class Compiled:
     return self._exe.cost_analysis()
 
   def __call__(self, *args):
+    """Run the compiled program. Unlike `jit`, it never retraces, so the
+    arguments must have exactly the types it was compiled for."""
     args_flat, _ = tree_flatten(args)
+    n = self._params["num_consts"]
+    expected = self._traced.jaxpr.in_avals[n:]
+    if len(args_flat) != len(expected):
+      raise TypeError(f"Compiled: expected {len(expected)} arrays, got {len(args_flat)}")
+    for i, (x, want) in enumerate(zip(args_flat, expected)):
+      got = _abstractify(x)
+      if got.shape != want.shape or got.dtype != want.dtype:
+        raise TypeError(f"Compiled: argument {i} is {got.str_short()} but this program "
+                        f"was compiled for {want.str_short()}; call jit(f) instead, "
+                        "which compiles a new version for new types.")
     outs = xla_call_p.bind(*self._traced.consts, *args_flat, **self._params)
     return tree_unflatten(self._traced.out_tree, outs)
 
