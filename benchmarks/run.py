@@ -92,7 +92,35 @@ def main(argv=None):
   json_path.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n")
   md_path.write_text(harness.render_markdown(results))
   print(f"\nwrote {md_path} and {json_path}", file=sys.stderr)
+  if args.out == HERE:
+    update_readme(results)
   return 0
+
+
+README = HERE.parent / "README.md"
+MARKERS = ("<!-- benchmarks:start -->", "<!-- benchmarks:end -->")
+
+
+def update_readme(results: dict) -> None:
+  """Put one line per section (its summary) between the README's markers."""
+  if not README.exists():
+    return
+  text = README.read_text()
+  start, end = MARKERS
+  if start not in text or end not in text:
+    return
+  rows = ["| benchmark | result |", "|---|---|"]
+  for sec in results["sections"].values():
+    summary = (sec.get("summary_text") or "").replace("**Overall:**", "").strip()
+    rows.append(f"| {sec['title']} | {summary.replace('|', '/')} |")
+  m = results["machine"]
+  table = "\n".join(rows)
+  block = (f"{start}\n*Measured by `make bench` on {m.get('cpu', '?')}, "
+           f"{m.get('cores', '?')} cores, {m.get('date', '?')[:10]}; details in "
+           f"[benchmarks/results.md](benchmarks/results.md).*\n\n{table}\n{end}")
+  head, rest = text.split(start, 1)
+  README.write_text(head + block + rest.split(end, 1)[1])
+  print(f"updated the summary in {README}", file=sys.stderr)
 
 
 if __name__ == "__main__":
