@@ -147,9 +147,11 @@ def typecheck_jaxpr(jaxpr: Jaxpr) -> JaxprType:
                            f"{len(out_types)} outputs, but {len(eqn.out_binders)} are bound")
     for v, t in zip(eqn.out_binders, out_types):
       if raise_to_shaped(t) != v.aval:
+        # str_short hides weak_type; when only that differs, show it
+        show = (repr if v.aval.str_short() == t.str_short() else lambda a: a.str_short())
         raise JaxprTypeError(
-            f"{where}: {names[v]} is declared {v.aval.str_short()} but "
-            f"{eqn.primitive.name} produces {t.str_short()}")
+            f"{where}: {names[v]} is declared {show(v.aval)} but "
+            f"{eqn.primitive.name} produces {show(raise_to_shaped(t))}")
     for v in eqn.out_binders:
       bind_var(v, where)
   out_types = [typecheck_atom(env, x, names, "in the outputs") for x in jaxpr.outvars]
@@ -239,6 +241,8 @@ def _fmt_literal(val) -> str:
 def _pp_atom(x: Atom, names: _Names) -> str:
   if isinstance(x, Lit):
     return f"{_fmt_literal(x.val)}:{x.aval.str_short()}"
+  if not isinstance(x, Var):   # not an atom (the type checker reports it): show it as is
+    return f"<{x!r:.40}>"
   return names[x]
 
 
