@@ -12,6 +12,8 @@ from .api import (TransformationError, grad, jacfwd, jacrev, jvp, linearize,  # 
 from .core import MissingRuleError, Primitive  # noqa: F401
 from . import lowering, xla  # noqa: F401  (runtime.py imports jax only when used)
 from .xla import Array, jit  # noqa: F401
+from . import control_flow  # noqa: F401  (cond, while, scan: see lax.cond etc.)
+from .control_flow import flops  # noqa: F401
 
 __all__ = ["jvp", "vmap", "jacfwd", "jacrev", "make_jaxpr", "jit", "Array", "linearize",
            "vjp", "grad", "value_and_grad", "lax", "numpy", "tree_util", "Primitive"]

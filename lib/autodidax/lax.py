@@ -329,3 +329,15 @@ def _dot_general_abstract_eval(x, y, *, dimension_numbers):
 
 
 abstract_eval_rules[dot_general_p] = _dot_general_abstract_eval
+
+
+# --- Control flow (autodidax/control_flow.py), imported on first use -----------------
+
+_CONTROL_FLOW = {"cond", "switch", "while_loop", "fori_loop", "scan", "select_n", "clamp"}
+
+
+def __getattr__(name):
+  if name in _CONTROL_FLOW:
+    from . import control_flow
+    return getattr(control_flow, name)
+  raise AttributeError(f"module 'autodidax.lax' has no attribute {name!r}")

@@ -1,0 +1,1479 @@
+"""Control flow as higher-order primitives: cond, while and scan.
+
+Python's own `if` and `for` run while tracing, so they vanish from a jaxpr.
+To *stage* a data-dependent choice or loop, the user passes functions to
+`cond`/`switch`, `while_loop`/`fori_loop` or `scan`. Each function is traced
+to a jaxpr (closure conversion: values it closes over are hoisted out as
+constants and passed in as ordinary operands), and one equation holds the
+jaxprs as parameters, like `xla_call` does for `jit`:
+
+    cond[branches=(jaxpr, ...)]            index, *operands
+    while[cond_jaxpr, body_jaxpr, ...]     *cond_consts, *body_consts, *carry
+    scan[jaxpr, num_consts, num_carry, ...] *consts, *carry, *xs
+
+Every transformation meets them through rules, and each rule transforms the
+inner jaxprs and binds a new equation. This file also holds two small
+first-order primitives the rules need (`select_n`, `clamp`) and the FLOPS
+counter, a jaxpr interpreter that recurses into sub-jaxprs.
+JAX keeps all this in jax/_src/lax/control_flow/.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import ad, batching, lax, lowering
+from . import partial_eval as pe
+from .ad import JVPTrace, JVPTracer, Zero, instantiate_zeros
+from .api import _abstractify
+from .batching import move_batch_axis, not_mapped
+from .core import (Primitive, ShapedArray, Tracer, abstract_eval_rules, full_raise,
+                   get_aval, impl_rules, new_main, raise_to_shaped)
+from .jaxpr import ClosedJaxpr, Jaxpr, JaxprEqn, Lit, Var, eval_jaxpr
+from .lowering import mlir_type
+from .partial_eval import trace_to_jaxpr_dynamic
+from .tree_util import flatten_fun, tree_flatten, tree_unflatten
+from .xla import _cache, closed_to_call_jaxpr, transpose_jaxpr
+
+__all__ = ["cond", "switch", "while_loop", "fori_loop", "scan", "select_n", "clamp",
+           "flops", "cond_p", "while_p", "scan_p", "select_n_p", "clamp_p"]
+
+
+# --- Small first-order primitives: select_n and clamp -------------------------------------
+
+select_n_p = Primitive("select_n")
+clamp_p = Primitive("clamp")
+
+
+def select_n(which, *cases):
+  """`cases[which]`, elementwise. `which` is bool (two cases) or int32, a
+  scalar or of the cases' shape. As jax.lax.select_n."""
+  if not cases:
+    raise ValueError("select_n needs at least one case")
+  return select_n_p.bind(which, *cases)
+
+
+def _select_n_impl(which, *cases):
+  which = np.asarray(which)
+  if which.dtype == np.bool_:
+    return np.where(which, cases[1], cases[0]) if len(cases) == 2 else np.asarray(cases[0])
+  which = np.clip(which, 0, len(cases) - 1)
+  return np.choose(which, [np.asarray(c) for c in cases])
+
+
+def _select_n_abstract_eval(which, *cases):
+  c0 = cases[0]
+  for c in cases[1:]:
+    if c.shape != c0.shape or c.dtype != c0.dtype:
+      raise TypeError(f"select_n: cases must have equal types, got {c0.str_short()} "
+                      f"and {c.str_short()}")
+  if which.dtype != np.bool_ and which.dtype.kind not in "iu":
+    raise TypeError(f"select_n: the selector must be bool or an integer, got {which.str_short()}")
+  if which.dtype == np.bool_ and len(cases) > 2:
+    raise TypeError("select_n: a bool selector picks between at most two cases")
+  if which.shape and which.shape != c0.shape:
+    raise TypeError(f"select_n: the selector {which.str_short()} must be a scalar or "
+                    f"have the cases' shape {c0.str_short()}")
+  return ShapedArray(c0.shape, c0.dtype, all(c.weak_type for c in cases))
+
+
+impl_rules[select_n_p] = _select_n_impl
+abstract_eval_rules[select_n_p] = _select_n_abstract_eval
+
+
+def _select_n_jvp(primals, tangents):
+  which, *cases = primals
+  out = select_n(which, *cases)
+  if all(type(t) is Zero for t in tangents[1:]):
+    return out, Zero.from_value(out)
+  return out, select_n(which, *[instantiate_zeros(t) for t in tangents[1:]])
+
+
+def _select_n_transpose(ct, which, *cases):
+  if ad.is_undefined_primal(which):
+    raise ValueError("select_n is not linear in its selector")
+  zeros = np.zeros(np.shape(ct), np.result_type(get_aval(ct).dtype))
+  return [None] + [select_n(which, *[ct if j == i else zeros for j in range(len(cases))])
+                   if ad.is_undefined_primal(c) else None for i, c in enumerate(cases)]
+
+
+def _select_n_vmap(axis_size, vals_in, dims_in):
+  which, *cases = vals_in
+  wdim, *cdims = dims_in
+  case_shape = _unbatched_shape(cases[0], cdims[0])
+  shape = (axis_size, *case_shape)
+  cases = [move_batch_axis(axis_size, d, 0, c) for c, d in zip(cases, cdims)]
+  if wdim is not_mapped and np.ndim(which) == 0:
+    return select_n(which, *cases), 0
+  which = move_batch_axis(axis_size, wdim, 0, which)
+  if np.ndim(which) == 1 and case_shape:   # one selector per batch element
+    which = lax.broadcast(which, shape, range(1, len(shape)))
+  return select_n(which, *cases), 0
+
+
+def _unbatched_shape(x, bdim):
+  shape = list(np.shape(x))
+  if bdim is not not_mapped:
+    del shape[bdim]
+  return tuple(shape)
+
+
+ad.jvp_rules[select_n_p] = _select_n_jvp
+ad.transpose_rules[select_n_p] = _select_n_transpose
+batching.vmap_rules[select_n_p] = _select_n_vmap
+
+
+def _select_n_lowering(ctx, which, *cases):
+  wa, *cas = ctx.avals_in
+  out = ctx.avals_out[0]
+  t = mlir_type(out)
+  if wa.shape != out.shape:
+    which = ctx.broadcast_in_dim(which, wa, out.shape, [])
+  wt = mlir_type(ShapedArray(out.shape, wa.dtype))
+  bool_t = mlir_type(ShapedArray(out.shape, np.bool_))
+  if len(cases) == 1:
+    return cases[0]
+  if wa.dtype == np.bool_:
+    return ctx.emit(f"stablehlo.select {which}, {cases[1]}, {cases[0]} : {bool_t}, {t}")
+  result = cases[0]
+  for i in range(1, len(cases)):   # case i wins where which >= i (which is clamped)
+    k = ctx.broadcast_in_dim(ctx.constant(i, wa.dtype), wa.update(shape=()), out.shape, [])
+    pred = ctx.emit(f"stablehlo.compare GE, {which}, {k}, SIGNED : ({wt}, {wt}) -> {bool_t}")
+    result = ctx.emit(f"stablehlo.select {pred}, {cases[i]}, {result} : {bool_t}, {t}")
+  return result
+
+
+lowering.register_lowering(select_n_p, _select_n_lowering)
+
+
+def clamp(lo, x, hi):
+  """`min(max(x, lo), hi)`, with scalar bounds. As jax.lax.clamp."""
+  return clamp_p.bind(lo, x, hi)
+
+
+impl_rules[clamp_p] = lambda lo, x, hi: np.asarray(np.clip(x, lo, hi), np.result_type(x))
+
+
+def _clamp_abstract_eval(lo, x, hi):
+  for b in (lo, hi):
+    if b.shape and b.shape != x.shape:
+      raise TypeError(f"clamp: bounds must be scalars or shaped like the operand, got "
+                      f"{b.str_short()} for {x.str_short()}")
+    if b.dtype != x.dtype:
+      raise TypeError(f"clamp: bound {b.str_short()} and operand {x.str_short()} have "
+                      "different dtypes")
+  return raise_to_shaped(x)
+
+
+abstract_eval_rules[clamp_p] = _clamp_abstract_eval
+
+
+def _clamp_jvp(primals, tangents):
+  lo, x, hi = primals
+  out = clamp(lo, x, hi)
+  x_dot = tangents[1]
+  if type(x_dot) is Zero or np.result_type(get_aval(x).dtype).kind not in "fc":
+    return out, Zero.from_value(out)
+  inside = lax.convert_element_type(
+      lax.mul(lax.convert_element_type(lax.greater_equal(x, lo), np.int32),
+              lax.convert_element_type(lax.less_equal(x, hi), np.int32)), np.bool_)
+  zeros = np.zeros(np.shape(out), get_aval(out).dtype)
+  return out, select_n(inside, zeros, x_dot)
+
+
+def _clamp_vmap(axis_size, vals_in, dims_in):
+  lo, x, hi = vals_in
+  dlo, dx, dhi = dims_in
+  if dlo is not_mapped and dhi is not_mapped and np.ndim(lo) == 0 and np.ndim(hi) == 0:
+    return clamp(lo, x, hi), dx
+  shape = (axis_size, *_unbatched_shape(x, dx))
+  def full(v, d):
+    v = move_batch_axis(axis_size, d, 0, v)
+    return v if np.shape(v) == shape else lax.broadcast(v, shape, range(1, len(shape)))
+  return clamp(full(lo, dlo), full(x, dx), full(hi, dhi)), 0
+
+
+ad.jvp_rules[clamp_p] = _clamp_jvp
+batching.vmap_rules[clamp_p] = _clamp_vmap
+
+
+def _clamp_lowering(ctx, lo, x, hi):
+  alo, ax, ahi = ctx.avals_in
+  return ctx.emit(f"stablehlo.clamp {lo}, {x}, {hi} : ({mlir_type(alo)}, {mlir_type(ax)}, "
+                  f"{mlir_type(ahi)}) -> {mlir_type(ctx.avals_out[0])}")
+
+
+lowering.register_lowering(clamp_p, _clamp_lowering)
+
+
+# --- Tracing functions into jaxprs: closure conversion ---------------------------------------
+
+def _trace(fun_flat, in_avals) -> tuple[Jaxpr, list]:
+  """Stage `fun_flat` and make its constvars leading invars (closure
+  conversion): returns a jaxpr without constvars and the values to pass for
+  its first `len(consts)` inputs. Consts may be tracers of outer traces."""
+  return closed_to_call_jaxpr(*trace_to_jaxpr_dynamic(fun_flat, list(in_avals)))
+
+
+def _trace_tree(fun, in_tree, in_avals):
+  flat_fun, out_tree = flatten_fun(fun, in_tree)
+  jaxpr, consts = _trace(flat_fun, in_avals)
+  return jaxpr, consts, out_tree()
+
+
+def _closed(jaxpr: Jaxpr) -> ClosedJaxpr:
+  return ClosedJaxpr(jaxpr, [])
+
+
+def _avals_str(avals) -> str:
+  return "(" + ", ".join(a.str_short() for a in avals) + ")"
+
+
+def _same_type(a, b) -> bool:
+  return a.shape == b.shape and a.dtype == b.dtype
+
+
+def _weak_fix(in_avals, out_avals):
+  """For a loop carry: the (shape-preserving) dtype a weakly-typed initial
+  value must be converted to so that the carry keeps one type, or None."""
+  fixes = []
+  for a, b in zip(in_avals, out_avals):
+    if a.weak_type and a.shape == b.shape and (a.dtype != b.dtype or not b.weak_type):
+      fixes.append(b.dtype)
+    else:
+      fixes.append(None)
+  return fixes
+
+
+def _convert_leaves(xs, dtypes):
+  """Convert leaves to dtypes; known values are converted now, not staged."""
+  return [x if dt is None else lax.convert_element_type(x, dt) if isinstance(x, Tracer)
+          else np.asarray(x).astype(dt) for x, dt in zip(xs, dtypes)]
+
+
+def _join_consts(jaxprs_consts: list) -> tuple[list, list]:
+  """Branches traced separately each have their own consts; give every branch
+  all of them (the others' as unused inputs), as cond needs one operand list."""
+  all_consts = [c for _, cs in jaxprs_consts for c in cs]
+  out = []
+  for j, cs in jaxprs_consts:
+    n = len(cs)
+    pre = [Var(v.aval) for jj, cc in jaxprs_consts[:len(out)] for v in jj.invars[:len(cc)]]
+    post = [Var(v.aval) for jj, cc in jaxprs_consts[len(out) + 1:] for v in jj.invars[:len(cc)]]
+    out.append(Jaxpr([], pre + j.invars[:n] + post + j.invars[n:], j.eqns, j.outvars))
+  return out, all_consts
+
+
+# --- cond and switch ---------------------------------------------------------------------------
+
+cond_p = Primitive("cond", multiple_results=True)
+
+
+def switch(index, branches, *operands):
+  """Apply `branches[index]` to `operands`; `index` is clamped into range."""
+  branches = list(branches)
+  if not branches:
+    raise ValueError("switch: needs at least one branch")
+  aval = get_aval(index)
+  if aval.shape != ():
+    raise TypeError(f"switch: the index must be a scalar, got {aval.str_short()}")
+  if aval.dtype.kind not in "iu":
+    raise TypeError(f"switch: the index must be an integer, got {aval.str_short()}")
+  index = lax.convert_element_type(index, np.int32)
+  index = clamp(np.int32(0), index, np.int32(len(branches) - 1))
+  if len(branches) == 1:
+    return branches[0](*operands)
+  return _bind_cond(index, branches, operands, "switch")
+
+
+def cond(pred, true_fun, false_fun, *operands):
+  """`true_fun(*operands) if pred else false_fun(*operands)`, staged: both
+  branches are traced, one runs. The predicate is a scalar bool (or number)."""
+  if not callable(true_fun) or not callable(false_fun):
+    raise TypeError("cond: true_fun and false_fun must be callable: "
+                    "cond(pred, true_fun, false_fun, *operands)")
+  aval = get_aval(pred)
+  if aval.shape != ():
+    raise TypeError(f"cond: the predicate must be a scalar (shape ()), got "
+                    f"{aval.str_short()}. For an elementwise choice use select_n "
+                    "or anp.where-style masking; under vmap, a batched scalar "
+                    "predicate is fine.")
+  if aval.dtype != np.bool_:
+    if aval.dtype.kind not in "iuf":
+      raise TypeError(f"cond: the predicate must be bool or a number, got {aval.str_short()}")
+    pred = lax.convert_element_type(pred, np.bool_)   # nonzero is true
+  index = lax.convert_element_type(pred, np.int32)
+  return _bind_cond(index, [false_fun, true_fun], operands, "cond")
+
+
+def _bind_cond(index, branches, operands, what):
+  ops_flat, in_tree = tree_flatten(tuple(operands))
+  in_avals = [_abstractify(x) for x in ops_flat]
+  traced = [_trace_tree(lambda *a, f=f: f(*a), in_tree, in_avals) for f in branches]
+  out_trees = [t[2] for t in traced]
+  if any(t != out_trees[0] for t in out_trees[1:]):
+    i = next(i for i, t in enumerate(out_trees) if t != out_trees[0])
+    raise TypeError(f"{what}: branches must return the same structure, but branch 0 "
+                    f"returns {out_trees[0]} and branch {i} returns {out_trees[i]}")
+  # Types must agree; weakly typed outputs (Python scalars) adopt the others' dtype.
+  targets = _join_branch_types([t[0].out_avals for t in traced], what)
+  fixed = []
+  for (j, cs, tree), f in zip(traced, branches):
+    if any(not _same_type(a, t) for a, t in zip(j.out_avals, targets)):
+      dts = [None if a.dtype == t.dtype else t.dtype for a, t in zip(j.out_avals, targets)]
+      conv = lambda *a, f=f, dts=dts: tree_unflatten(
+          tree, _convert_leaves(tree_flatten(f(*a))[0], dts))
+      j, cs, _ = _trace_tree(conv, in_tree, in_avals)
+    fixed.append((j, cs))
+  jaxprs, consts = _join_consts(fixed)
+  outs = cond_p.bind(index, *consts, *ops_flat, branches=tuple(_closed(j) for j in jaxprs))
+  return tree_unflatten(out_trees[0], outs)
+
+
+def _join_branch_types(outs_avals: list, what: str) -> list:
+  targets = []
+  for k, avals in enumerate(zip(*outs_avals)):
+    a0 = avals[0]
+    if all(_same_type(a, a0) for a in avals):
+      targets.append(a0)
+      continue
+    strong = {a.dtype for a in avals if not a.weak_type}
+    if all(a.shape == a0.shape for a in avals) and len(strong) <= 1:
+      dtype = strong.pop() if strong else np.result_type(*[a.dtype for a in avals])
+      targets.append(ShapedArray(a0.shape, dtype, not strong))
+      continue
+    types = "; ".join(f"branch {i}: {_avals_str(o)}" for i, o in enumerate(outs_avals))
+    raise TypeError(f"{what}: every branch must return the same types, but output {k} "
+                    f"differs ({types}). Make the branches agree in shape and dtype.")
+  return targets
+
+
+def _cond_impl(index, *args, branches):
+  i = int(np.clip(np.asarray(index), 0, len(branches) - 1))
+  return eval_jaxpr(branches[i].jaxpr, branches[i].consts, *args)
+
+
+def _cond_abstract_eval(index, *args, branches):
+  if index.shape != () or index.dtype != np.int32:
+    raise TypeError(f"cond: the branch index must be an int32 scalar, got {index.str_short()}")
+  for i, br in enumerate(branches):
+    want = br.in_avals
+    if len(want) != len(args) or any(not _same_type(a, w) for a, w in zip(args, want)):
+      raise TypeError(f"cond: branch {i} takes {_avals_str(want)} but the operands are "
+                      f"{_avals_str(args)}")
+    if len(br.out_avals) != len(branches[0].out_avals) or any(
+        not _same_type(a, b) for a, b in zip(br.out_avals, branches[0].out_avals)):
+      raise TypeError(f"cond: branch {i} returns {_avals_str(br.out_avals)} but branch 0 "
+                      f"returns {_avals_str(branches[0].out_avals)}")
+  return [raise_to_shaped(a) for a in branches[0].out_avals]
+
+
+impl_rules[cond_p] = _cond_impl
+abstract_eval_rules[cond_p] = _cond_abstract_eval
+
+
+# --- JVP of a jaxpr with symbolic zeros, shared by the three rules ---------------------------
+
+def _is_float(aval) -> bool:
+  return np.dtype(aval.dtype).kind in "fc"
+
+
+@_cache
+def _jvp_jaxpr(jaxpr: Jaxpr, nonzeros: tuple, instantiate: tuple):
+  """(primals, nonzero tangents) -> (primal outs, tangent outs that are
+  nonzero or instantiated). Returns (jaxpr, consts, out_nonzeros); the jaxpr's
+  first len(consts) inputs are its consts."""
+  n = len(jaxpr.invars)
+  out_nz: list = []
+
+  def fun(*args):
+    primals, tans = args[:n], iter(args[n:])
+    tangents = [next(tans) if nz else Zero(v.aval) for v, nz in zip(jaxpr.invars, nonzeros)]
+    with new_main(JVPTrace) as main:
+      trace = JVPTrace(main)
+      ins = [JVPTracer(trace, x, t) for x, t in zip(primals, tangents)]
+      outs = [full_raise(trace, o) for o in eval_jaxpr(jaxpr, [], *ins)]
+      p_out, t_out = [o.primal for o in outs], [o.tangent for o in outs]
+    out_nz[:] = [type(t) is not Zero or bool(inst) for t, inst in zip(t_out, instantiate)]
+    return p_out + [instantiate_zeros(t) for t, nz in zip(t_out, out_nz) if nz]
+
+  avals = jaxpr.in_avals
+  j, consts = _trace(fun, avals + [a for a, nz in zip(avals, nonzeros) if nz])
+  return j, consts, list(out_nz)
+
+
+def _permute_invars(j: Jaxpr, order) -> Jaxpr:
+  return Jaxpr([], [j.invars[i] for i in order], j.eqns, j.outvars)
+
+
+def _nz(tangents) -> list:
+  return [type(t) is not Zero for t in tangents]
+
+
+def _cond_jvp(primals, tangents, *, branches):
+  index, *ops = primals
+  ops_nz = [nz and _is_float(get_aval(x)) for nz, x in zip(_nz(tangents[1:]), ops)]
+  out_nz = [False] * len(branches[0].out_avals)
+  for br in branches:   # an output's tangent is nonzero if any branch makes it so
+    _, _, nz = _jvp_jaxpr(br.jaxpr, tuple(ops_nz), tuple(out_nz))
+    out_nz = [a or b for a, b in zip(out_nz, nz)]
+  traced = [_jvp_jaxpr(br.jaxpr, tuple(ops_nz), tuple(out_nz))[:2] for br in branches]
+  jaxprs, consts = _join_consts(traced)
+  dots = [instantiate_zeros(t) for t, nz in zip(tangents[1:], ops_nz) if nz]
+  outs = cond_p.bind(index, *consts, *ops, *dots, branches=tuple(_closed(j) for j in jaxprs))
+  n = len(out_nz)
+  p_out, t_out = outs[:n], iter(outs[n:])
+  return p_out, [next(t_out) if nz else Zero.from_value(p) for p, nz in zip(p_out, out_nz)]
+
+
+ad.jvp_rules[cond_p] = _cond_jvp
+
+
+# --- Batching a jaxpr, shared by the three rules --------------------------------------------
+
+@_cache
+def _vmap_jaxpr(jaxpr: Jaxpr, axis_size: int, in_batched: tuple, force: tuple):
+  """A jaxpr over inputs batched at axis 0 (where `in_batched`). Outputs that
+  are batched, or `force`d, come out batched at axis 0. Returns (jaxpr,
+  consts, out_batched)."""
+  out_b: list = []
+
+  def fun(*args):
+    if any(in_batched):
+      dims = [0 if b else not_mapped for b in in_batched]
+      outs, dims_out, _ = batching.vmap_flat(lambda *xs: eval_jaxpr(jaxpr, [], *xs), dims, *args)
+    else:
+      outs = eval_jaxpr(jaxpr, [], *args)
+      dims_out = [not_mapped] * len(outs)
+    out_b[:] = [d is not not_mapped or bool(f) for d, f in zip(dims_out, force)]
+    return [move_batch_axis(axis_size, d, 0, o) if b else o
+            for o, d, b in zip(outs, dims_out, out_b)]
+
+  avals = [a.update(shape=(axis_size, *a.shape)) if b else a
+           for a, b in zip(jaxpr.in_avals, in_batched)]
+  j, consts = _trace(fun, avals)
+  return j, consts, list(out_b)
+
+
+def _to0(axis_size, x, d):
+  return x if d is not_mapped else move_batch_axis(axis_size, d, 0, x)
+
+
+def _cond_vmap(axis_size, vals_in, dims_in, *, branches):
+  index, *ops = vals_in
+  idim, *dims = dims_in
+  ops = [_to0(axis_size, x, d) for x, d in zip(ops, dims)]
+  in_b = tuple(d is not not_mapped for d in dims)
+  n_out = len(branches[0].out_avals)
+  if idim is not_mapped:
+    out_b = [False] * n_out
+    for br in branches:
+      out_b = [a or b for a, b in zip(out_b, _vmap_jaxpr(br.jaxpr, axis_size, in_b, tuple(out_b))[2])]
+    traced = [_vmap_jaxpr(br.jaxpr, axis_size, in_b, tuple(out_b))[:2] for br in branches]
+    jaxprs, consts = _join_consts(traced)
+    outs = cond_p.bind(index, *consts, *ops, branches=tuple(_closed(j) for j in jaxprs))
+    return outs, [0 if b else not_mapped for b in out_b]
+  # A batched predicate: each batch element may take a different branch, so
+  # every branch runs (on the whole batch) and select_n picks per element.
+  index = clamp(np.int32(0), _to0(axis_size, index, idim), np.int32(len(branches) - 1))
+  force = (True,) * n_out
+  results = []
+  for br in branches:
+    j, consts, _ = _vmap_jaxpr(br.jaxpr, axis_size, in_b, force)
+    results.append(eval_jaxpr(j, [], *consts, *ops))
+  outs = []
+  for k in range(n_out):
+    cases = [r[k] for r in results]
+    shape = np.shape(cases[0])
+    which = index if len(shape) == 1 else lax.broadcast(index, shape, range(1, len(shape)))
+    outs.append(select_n(which, *cases))
+  return outs, [0] * n_out
+
+
+batching.vmap_rules[cond_p] = _cond_vmap
+
+
+# --- cond: lowering ---------------------------------------------------------------------------
+
+def _region(ctx, jaxpr: Jaxpr, in_names: list, indent: str = "      ") -> tuple[list, list]:
+  """Lower `jaxpr` into a fresh list of lines (a region body)."""
+  sub = ctx.sub_context()
+  outs = lowering.lower_jaxpr_body(sub, jaxpr, dict(zip(jaxpr.invars, in_names)))
+  return [indent + line.replace("\n", "\n" + indent) for line in sub.lines], outs
+
+
+def _results(ctx, n):
+  name = ctx.fresh()
+  return (f"{name}:{n}" if n > 1 else name), ([f"{name}#{i}" for i in range(n)] if n > 1 else [name])
+
+
+def _ret(outs, avals, indent="      "):
+  types = ", ".join(mlir_type(a) for a in avals)
+  return f'{indent}"stablehlo.return"({", ".join(outs)}) : ({types}) -> ()'
+
+
+def _cond_lowering(ctx, index, *args, branches):
+  avals_out = ctx.avals_out
+  lhs, names = _results(ctx, len(avals_out))
+  regions = []
+  for br in branches:
+    lines, outs = _region(ctx, br.jaxpr, list(args))
+    regions.append("{\n" + "\n".join(lines + [_ret(outs, avals_out)]) + "\n    }")
+  out_types = ", ".join(mlir_type(a) for a in avals_out)
+  ctx.emit(f'{lhs} = "stablehlo.case"({index}) ({", ".join(regions)}) : '
+           f"(tensor<i32>) -> ({out_types})", result=False)
+  return names
+
+
+lowering.register_lowering(cond_p, _cond_lowering)
+
+
+# --- cond: partial evaluation and transposition (grad) ---------------------------------------
+
+def _zeros(aval):
+  z = np.zeros((), aval.dtype)
+  return z if not aval.shape else lax.broadcast(z, aval.shape, range(len(aval.shape)))
+
+
+def _cond_split(branches, unknowns: list):
+  """Split each branch into a known part (known operands -> known outputs and
+  residuals) and an unknown part (residuals, unknown operands -> unknown
+  outputs). All branches share one residual list: each fills the others'
+  slots with zeros. Returns (known jaxprs, unknown jaxprs, out_unknowns, res avals)."""
+  n_out = len(branches[0].out_avals)
+  out_uk = [False] * n_out
+  for br in branches:
+    _, _, uk, _ = pe.partial_eval_jaxpr(br.jaxpr, unknowns, out_uk)
+    out_uk = [a or b for a, b in zip(out_uk, uk)]
+  splits = [pe.partial_eval_jaxpr(br.jaxpr, unknowns, out_uk) for br in branches]
+  res_avals = [[v.aval for v in j2.invars[:nr]] for _, j2, _, nr in splits]
+  all_res = [a for r in res_avals for a in r]
+  n_known_out = n_out - sum(out_uk)
+  known, unknown = [], []
+  for i, (j1, j2, _, nr) in enumerate(splits):
+    before = sum(len(r) for r in res_avals[:i])
+    after = sum(len(r) for r in res_avals[i + 1:])
+
+    def known_fun(*args, j1=j1, before=before, after=after, i=i):
+      outs = eval_jaxpr(j1, [], *args)
+      mine = outs[n_known_out:]
+      pre = [_zeros(a) for r in res_avals[:i] for a in r]
+      post = [_zeros(a) for r in res_avals[i + 1:] for a in r]
+      return outs[:n_known_out] + pre + mine + post
+    kj, kc = _trace(known_fun, j1.in_avals)
+    assert not kc
+    known.append(kj)
+    pre = [Var(a) for r in res_avals[:i] for a in r]
+    post = [Var(a) for r in res_avals[i + 1:] for a in r]
+    unknown.append(Jaxpr([], pre + j2.invars[:nr] + post + j2.invars[nr:], j2.eqns, j2.outvars))
+  return known, unknown, out_uk, all_res
+
+
+def _cond_partial_eval(trace, tracers, *, branches):
+  index, *ops = tracers
+  if index.pval.is_unknown:   # which branch runs isn't known: stage it all
+    ins = [trace.instantiate_const(t) for t in tracers]
+    return trace.stage(cond_p, ins, dict(branches=branches),
+                       [raise_to_shaped(a) for a in branches[0].out_avals])
+  unknowns = [t.pval.is_unknown for t in ops]
+  known, unknown, out_uk, res_avals = _cond_split(branches, unknowns)
+  known_in = [t.pval.const for t in ops if t.pval.is_known]
+  outs1 = cond_p.bind(index.pval.const, *known_in, branches=tuple(_closed(j) for j in known))
+  n_known = len(out_uk) - sum(out_uk)
+  known_out, residuals = outs1[:n_known], outs1[n_known:]
+  res_t = [trace.instantiate_const(trace.pure(r)) for r in residuals]
+  idx_t = trace.instantiate_const(index)
+  unknown_in = [t for t in ops if t.pval.is_unknown]
+  outs2 = trace.stage(cond_p, [idx_t, *res_t, *unknown_in],
+                      dict(branches=tuple(_closed(j) for j in unknown)),
+                      [raise_to_shaped(a) for a, uk in zip(branches[0].out_avals, out_uk) if uk])
+  known_out, outs2 = iter(known_out), iter(outs2)
+  return [next(outs2) if uk else trace.pure(next(known_out)) for uk in out_uk]
+
+
+pe.partial_eval_rules[cond_p] = _cond_partial_eval
+
+
+def _cond_partial_eval_jaxpr(unks_in, eqn):
+  index, *ops = eqn.inputs
+  branches = eqn.params["branches"]
+  if unks_in[0]:
+    return None, eqn, [True] * len(eqn.out_binders), [x for x in eqn.inputs if type(x) is Var]
+  unknowns = unks_in[1:]
+  known, unknown, out_uk, res_avals = _cond_split(branches, unknowns)
+  ins1 = [x for x, uk in zip(ops, unknowns) if not uk]
+  ins2 = [x for x, uk in zip(ops, unknowns) if uk]
+  outs1 = [v for v, uk in zip(eqn.out_binders, out_uk) if not uk]
+  outs2 = [v for v, uk in zip(eqn.out_binders, out_uk) if uk]
+  residuals = [Var(a) for a in res_avals]
+  eqn1 = JaxprEqn(cond_p, [index, *ins1], dict(branches=tuple(_closed(j) for j in known)),
+                  outs1 + residuals)
+  eqn2 = JaxprEqn(cond_p, [index, *residuals, *ins2],
+                  dict(branches=tuple(_closed(j) for j in unknown)), outs2)
+  res = residuals + ([index] if type(index) is Var else [])
+  return eqn1, eqn2, out_uk, res
+
+
+pe.partial_eval_jaxpr_rules[cond_p] = _cond_partial_eval_jaxpr
+
+
+def _cond_transpose(cts, index, *ops, branches):
+  if ad.is_undefined_primal(index):
+    raise ValueError("cond is not linear in its branch index")
+  undefined = tuple(ad.is_undefined_primal(x) for x in ops)
+  traced = [transpose_jaxpr(br.jaxpr, undefined) for br in branches]
+  jaxprs, consts = _join_consts(traced)
+  residuals = [x for x in ops if not ad.is_undefined_primal(x)]
+  cts = [instantiate_zeros(ct) for ct in cts]
+  outs = iter(cond_p.bind(index, *consts, *residuals, *cts,
+                          branches=tuple(_closed(j) for j in jaxprs)))
+  return [None] + [next(outs) if u else None for u in undefined]
+
+
+ad.transpose_rules[cond_p] = _cond_transpose
+
+
+# --- while_loop and fori_loop ---------------------------------------------------------------------
+
+while_p = Primitive("while", multiple_results=True)
+
+
+def while_loop(cond_fun, body_fun, init_val):
+  """`while cond_fun(val): val = body_fun(val)`, staged. The carry `val` is a
+  pytree whose types body_fun must preserve."""
+  init_flat, in_tree = tree_flatten(init_val)
+  arg_tree = tree_flatten((init_val,))[1]   # the functions take the carry as one argument
+  in_avals = [_abstractify(x) for x in init_flat]
+  body_j, body_c, body_tree = _trace_tree(body_fun, arg_tree, in_avals)
+  _check_carry("while_loop", "body_fun", in_tree, body_tree, in_avals, body_j.out_avals)
+  fixes = _weak_fix(in_avals, body_j.out_avals)
+  if any(d is not None for d in fixes):   # a Python-scalar init: adopt the body's dtype
+    init_flat = _convert_leaves(init_flat, fixes)
+    in_avals = [_abstractify(x) for x in init_flat]
+    body_j, body_c, body_tree = _trace_tree(body_fun, arg_tree, in_avals)
+  _check_carry("while_loop", "body_fun", in_tree, body_tree, in_avals, body_j.out_avals, strict=True)
+  cond_j, cond_c, cond_tree = _trace_tree(cond_fun, arg_tree, in_avals)
+  if len(cond_j.outvars) != 1 or cond_j.out_avals[0].shape != () or (
+      cond_j.out_avals[0].dtype != np.bool_):
+    raise TypeError("while_loop: cond_fun must return a boolean scalar, but it returned "
+                    f"{_avals_str(cond_j.out_avals)}")
+  outs = while_p.bind(*cond_c, *body_c, *init_flat, cond_jaxpr=_closed(cond_j),
+                      body_jaxpr=_closed(body_j), cond_nconsts=len(cond_c),
+                      body_nconsts=len(body_c))
+  return tree_unflatten(in_tree, outs)
+
+
+def _check_carry(what, fn, in_tree, out_tree, in_avals, out_avals, strict=False):
+  if in_tree != out_tree:
+    raise TypeError(f"{what}: {fn} must return a carry with the structure of the "
+                    f"initial value, {in_tree}, but it returned {out_tree}")
+  bad = [i for i, (a, b) in enumerate(zip(in_avals, out_avals))
+         if a.shape != b.shape or (a.dtype != b.dtype and (strict or not a.weak_type))]
+  if bad:
+    raise TypeError(f"{what}: {fn} must return a carry of the same types as the initial "
+                    f"value, {_avals_str(in_avals)}, but it returned {_avals_str(out_avals)}. "
+                    "The carry's shapes and dtypes can't change from one iteration to the next.")
+
+
+def fori_loop(lower, upper, body_fun, init_val):
+  """`for i in range(lower, upper): val = body_fun(i, val)`. With concrete
+  bounds it is a `scan` with a static trip count (so it differentiates in
+  reverse mode); with traced bounds, a `while`."""
+  def static(x):   # a Python/NumPy int, or a tracer whose value is known
+    return not isinstance(x, Tracer) or type(x.aval).__name__ == "ConcreteArray"
+  if static(lower) and static(upper):
+    val = lambda x: x.aval.val if isinstance(x, Tracer) else x
+    lower, upper = val(lower), val(upper)
+    lo, hi = int(lower), int(upper)
+
+    def step(carry, _):
+      i, x = carry
+      return (lax.add(i, np.int32(1)), body_fun(i, x)), None
+    (_, out), _ = scan(step, (np.int32(lo), init_val), None, length=max(hi - lo, 0))
+    return out
+  lower = _as_int32(lower)
+  upper = _as_int32(upper)
+
+  def cond_fun(carry):
+    i, hi, _ = carry
+    return lax.less(i, hi)
+
+  def body(carry):
+    i, hi, x = carry
+    return lax.add(i, np.int32(1)), hi, body_fun(i, x)
+  return while_loop(cond_fun, body, (lower, upper, init_val))[2]
+
+
+def _as_int32(x):
+  aval = get_aval(x)
+  if aval.shape != () or aval.dtype.kind not in "iu":
+    raise TypeError(f"fori_loop: bounds must be integer scalars, got {aval.str_short()}")
+  if not isinstance(x, Tracer):
+    return np.int32(np.asarray(x))
+  return x if aval.dtype == np.int32 else lax.convert_element_type(x, np.int32)
+
+
+def _while_impl(*args, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts):
+  cc, bc, carry = args[:cond_nconsts], args[cond_nconsts:cond_nconsts + body_nconsts], \
+      list(args[cond_nconsts + body_nconsts:])
+  while bool(np.asarray(eval_jaxpr(cond_jaxpr.jaxpr, [], *cc, *carry)[0])):
+    carry = eval_jaxpr(body_jaxpr.jaxpr, [], *bc, *carry)
+  return carry
+
+
+def _while_abstract_eval(*args, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts):
+  cc, bc = args[:cond_nconsts], args[cond_nconsts:cond_nconsts + body_nconsts]
+  carry = args[cond_nconsts + body_nconsts:]
+  for name, j, ins in (("cond_jaxpr", cond_jaxpr, cc + carry), ("body_jaxpr", body_jaxpr, bc + carry)):
+    if len(j.in_avals) != len(ins) or any(not _same_type(a, b) for a, b in zip(j.in_avals, ins)):
+      raise TypeError(f"while: {name} takes {_avals_str(j.in_avals)} but gets {_avals_str(ins)}")
+  outs = body_jaxpr.out_avals
+  if len(outs) != len(carry) or any(not _same_type(a, b) for a, b in zip(outs, carry)):
+    raise TypeError(f"while: the body returns {_avals_str(outs)} but the carry is "
+                    f"{_avals_str(carry)}")
+  p = cond_jaxpr.out_avals
+  if len(p) != 1 or p[0].shape != () or p[0].dtype != np.bool_:
+    raise TypeError(f"while: cond_jaxpr must return one bool[], got {_avals_str(p)}")
+  return [raise_to_shaped(a) for a in carry]
+
+
+impl_rules[while_p] = _while_impl
+abstract_eval_rules[while_p] = _while_abstract_eval
+
+
+def _while_jvp(primals, tangents, *, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts):
+  nc, nb = cond_nconsts, body_nconsts
+  bconsts, carry = primals[nc:nc + nb], primals[nc + nb:]
+  nz = [t and _is_float(get_aval(x)) for t, x in zip(_nz(tangents), primals)]
+  bconsts_nz, carry_nz = nz[nc:nc + nb], nz[nc + nb:]
+  while True:   # fixpoint: a carry whose tangent becomes nonzero stays nonzero
+    _, _, out_nz = _jvp_jaxpr(body_jaxpr.jaxpr, tuple(bconsts_nz + carry_nz), tuple(carry_nz))
+    new = [a or b for a, b in zip(carry_nz, out_nz)]
+    if new == carry_nz:
+      break
+    carry_nz = new
+  bj, bjc, _ = _jvp_jaxpr(body_jaxpr.jaxpr, tuple(bconsts_nz + carry_nz), tuple(carry_nz))
+  k, nbc, ncar = len(bjc), sum(bconsts_nz), sum(carry_nz)
+  # bj's inputs: jvp consts, bconsts, carry, bconsts_dot, carry_dot. Reorder to
+  # consts (jvp consts, bconsts, bconsts_dot) then carry (carry, carry_dot).
+  order = (list(range(k + nb)) + list(range(k + nb + len(carry), k + nb + len(carry) + nbc))
+           + list(range(k + nb, k + nb + len(carry)))
+           + list(range(k + nb + len(carry) + nbc, k + nb + len(carry) + nbc + ncar)))
+  bj = _permute_invars(bj, order)
+  cj = cond_jaxpr.jaxpr
+  cj = Jaxpr([], cj.invars + [Var(a) for a, z in zip(cj.in_avals[nc:], carry_nz) if z],
+             cj.eqns, cj.outvars)
+  dots = lambda ts, mask: [instantiate_zeros(t) for t, z in zip(ts, mask) if z]
+  bconsts_dot = dots(tangents[nc:nc + nb], bconsts_nz)
+  carry_dot = [instantiate_zeros(t) if not type(t) is Zero else ad.zeros_like_aval(t.aval)
+               for t, z in zip(tangents[nc + nb:], carry_nz) if z]
+  outs = while_p.bind(*primals[:nc], *bjc, *bconsts, *bconsts_dot, *carry, *carry_dot,
+                      cond_jaxpr=_closed(cj), body_jaxpr=_closed(bj), cond_nconsts=nc,
+                      body_nconsts=k + nb + nbc)
+  p_out, t_out = outs[:len(carry)], iter(outs[len(carry):])
+  return p_out, [next(t_out) if z else Zero.from_value(p) for p, z in zip(p_out, carry_nz)]
+
+
+ad.jvp_rules[while_p] = _while_jvp
+
+
+def _while_vmap(axis_size, vals_in, dims_in, *, cond_jaxpr, body_jaxpr, cond_nconsts,
+                body_nconsts):
+  nc, nb = cond_nconsts, body_nconsts
+  vals = [_to0(axis_size, x, d) for x, d in zip(vals_in, dims_in)]
+  bat = [d is not not_mapped for d in dims_in]
+  cc, bc, carry = vals[:nc], vals[nc:nc + nb], vals[nc + nb:]
+  cc_b, bc_b, carry_b = bat[:nc], bat[nc:nc + nb], bat[nc + nb:]
+  while True:   # fixpoint: a carry that becomes batched stays batched
+    _, _, out_b = _vmap_jaxpr(body_jaxpr.jaxpr, axis_size, tuple(bc_b + carry_b), tuple(carry_b))
+    new = [a or b for a, b in zip(carry_b, out_b)]
+    if new == carry_b:
+      break
+    carry_b = new
+  _, _, (pred_b,) = _vmap_jaxpr(cond_jaxpr.jaxpr, axis_size, tuple(cc_b + carry_b), (False,))
+  if pred_b:   # elements finish at different times: every carry is batched
+    carry_b = [True] * len(carry)
+  carry = [move_batch_axis(axis_size, not_mapped, 0, x) if b and not was else x
+           for x, b, was in zip(carry, carry_b, bat[nc + nb:])]
+  bj, bjc, _ = _vmap_jaxpr(body_jaxpr.jaxpr, axis_size, tuple(bc_b + carry_b), tuple(carry_b))
+  cj, cjc, _ = _vmap_jaxpr(cond_jaxpr.jaxpr, axis_size, tuple(cc_b + carry_b), (pred_b,))
+  if not pred_b:
+    outs = while_p.bind(*cjc, *cc, *bjc, *bc, *carry, cond_jaxpr=_closed(cj),
+                        body_jaxpr=_closed(bj), cond_nconsts=len(cjc) + nc,
+                        body_nconsts=len(bjc) + nb)
+    return outs, [0 if b else not_mapped for b in carry_b]
+  # A batched predicate: loop while any element's predicate holds; the body
+  # updates only the elements whose predicate still holds (select_n).
+  n = len(carry)
+
+  def cond_any(*args):
+    p = eval_jaxpr(cj, [], *args)[0]
+    return [lax.greater(lax.reduce_max(lax.convert_element_type(p, np.int32), None),
+                        np.int32(0))]
+
+  def body_masked(*args):
+    ccs, rest = args[:len(cjc) + nc], args[len(cjc) + nc:]
+    bcs, xs = rest[:len(bjc) + nb], rest[len(bjc) + nb:]
+    p = eval_jaxpr(cj, [], *ccs, *xs)[0]
+    new = eval_jaxpr(bj, [], *bcs, *xs)
+    outs = []
+    for old, nw in zip(xs, new):
+      shape = np.shape(old)
+      which = p if len(shape) == 1 else lax.broadcast(p, shape, range(1, len(shape)))
+      outs.append(select_n(which, old, nw))
+    return outs
+
+  carry_avals = [raise_to_shaped(get_aval(x)) for x in carry]
+  c_avals = [v.aval for v in cj.invars]
+  cond2, cond2_c = _trace(cond_any, c_avals)
+  b_avals = c_avals[:len(cjc) + nc] + [v.aval for v in bj.invars[:len(bjc) + nb]] + carry_avals
+  body2, body2_c = _trace(body_masked, b_avals)
+  outs = while_p.bind(*cond2_c, *cjc, *cc, *body2_c, *cjc, *cc, *bjc, *bc, *carry,
+                      cond_jaxpr=_closed(cond2), body_jaxpr=_closed(body2),
+                      cond_nconsts=len(cond2_c) + len(cjc) + nc,
+                      body_nconsts=len(body2_c) + len(cjc) + nc + len(bjc) + nb)
+  return outs, [0] * n
+
+
+batching.vmap_rules[while_p] = _while_vmap
+
+
+def _while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts):
+  nc, nb = cond_nconsts, body_nconsts
+  cc, bc, init = args[:nc], args[nc:nc + nb], args[nc + nb:]
+  avals = ctx.avals_in[nc + nb:]
+  lhs, names = _results(ctx, len(avals))
+  types = ", ".join(mlir_type(a) for a in avals)
+
+  def block(j, consts, out_avals):
+    block_args = [ctx.fresh().replace("%", "%iter") for _ in avals]
+    head = "^bb0(" + ", ".join(f"{a}: {mlir_type(v)}" for a, v in zip(block_args, avals)) + "):"
+    lines, outs = _region(ctx, j.jaxpr, list(consts) + block_args)
+    return "{\n    " + head + "\n" + "\n".join(lines + [_ret(outs, out_avals)]) + "\n    }"
+
+  cond_r = block(cond_jaxpr, cc, cond_jaxpr.out_avals)
+  body_r = block(body_jaxpr, bc, avals)
+  ctx.emit(f'{lhs} = "stablehlo.while"({", ".join(init)}) ({cond_r}, {body_r}) : '
+           f"({types}) -> ({types})", result=False)
+  return names
+
+
+lowering.register_lowering(while_p, _while_lowering)
+
+
+# Reverse mode. A while loop's trip count is only known by running it, so its
+# forward pass can't save one residual per iteration in a fixed-size buffer:
+# there is no transpose. Partial evaluation still works (linearize and jvp of
+# jit need it): the known carries run in a loop of their own, and the whole
+# loop is staged again for the unknown ones.
+
+def _while_split(cond_jaxpr, body_jaxpr, nc, nb, unknowns):
+  cc_uk, bc_uk, carry_uk = unknowns[:nc], unknowns[nc:nc + nb], list(unknowns[nc + nb:])
+  while True:
+    _, _, out_uk, _ = pe.partial_eval_jaxpr(body_jaxpr.jaxpr, bc_uk + carry_uk)
+    new = [a or b for a, b in zip(carry_uk, out_uk)]
+    if new == carry_uk:
+      break
+    carry_uk = new
+  _, _, (pred_uk,), _ = pe.partial_eval_jaxpr(cond_jaxpr.jaxpr, cc_uk + carry_uk)
+  if pred_uk or all(carry_uk):
+    return None
+  cj1, _, _, _ = pe.partial_eval_jaxpr(cond_jaxpr.jaxpr, cc_uk + carry_uk)
+  bj1, _, _, _ = pe.partial_eval_jaxpr(body_jaxpr.jaxpr, bc_uk + carry_uk, carry_uk)
+  n_known = len(carry_uk) - sum(carry_uk)
+  cj1 = Jaxpr([], cj1.invars, cj1.eqns, cj1.outvars[:1])      # drop residuals: the
+  bj1 = Jaxpr([], bj1.invars, bj1.eqns, bj1.outvars[:n_known])  # known loop needs none
+  params1 = dict(cond_jaxpr=_closed(cj1), body_jaxpr=_closed(bj1),
+                 cond_nconsts=nc - sum(cc_uk), body_nconsts=nb - sum(bc_uk))
+  return params1, carry_uk
+
+
+def _while_partial_eval(trace, tracers, **params):
+  nc, nb = params["cond_nconsts"], params["body_nconsts"]
+  unknowns = [t.pval.is_unknown for t in tracers]
+  split = _while_split(params["cond_jaxpr"], params["body_jaxpr"], nc, nb, unknowns)
+  ins = [trace.instantiate_const(t) for t in tracers]
+  carry_avals = [raise_to_shaped(t.aval) for t in tracers[nc + nb:]]
+  staged = trace.stage(while_p, ins, params, carry_avals)
+  if split is None:
+    return staged
+  params1, carry_uk = split
+  known = [t.pval.const for t, uk in zip(tracers, unknowns[:nc + nb] + carry_uk) if not uk]
+  outs1 = iter(while_p.bind(*known, **params1))
+  return [s if uk else trace.pure(next(outs1)) for s, uk in zip(staged, carry_uk)]
+
+
+pe.partial_eval_rules[while_p] = _while_partial_eval
+
+
+def _while_partial_eval_jaxpr(unks_in, eqn):
+  p = eqn.params
+  nc, nb = p["cond_nconsts"], p["body_nconsts"]
+  known_vars = [x for x, uk in zip(eqn.inputs, unks_in) if not uk and type(x) is Var]
+  split = _while_split(p["cond_jaxpr"], p["body_jaxpr"], nc, nb, unks_in)
+  if split is None:
+    return None, eqn, [True] * len(eqn.out_binders), known_vars
+  params1, carry_uk = split
+  ins1 = [x for x, uk in zip(eqn.inputs, list(unks_in[:nc + nb]) + carry_uk) if not uk]
+  outs1 = [v for v, uk in zip(eqn.out_binders, carry_uk) if not uk]
+  outs2 = [v if uk else Var(v.aval) for v, uk in zip(eqn.out_binders, carry_uk)]
+  eqn1 = JaxprEqn(while_p, ins1, params1, outs1)
+  eqn2 = JaxprEqn(while_p, list(eqn.inputs), p, outs2)
+  return eqn1, eqn2, carry_uk, known_vars
+
+
+pe.partial_eval_jaxpr_rules[while_p] = _while_partial_eval_jaxpr
+
+
+class WhileLoopReverseModeError(ValueError):
+  pass
+
+
+def _while_transpose(cts, *args, **params):
+  raise WhileLoopReverseModeError(
+      "Reverse-mode differentiation (grad, vjp) does not work for lax.while_loop, "
+      "nor for fori_loop with traced bounds: the number of iterations is only known "
+      "by running the loop, so the forward pass can't store one residual per "
+      "iteration for the backward pass to read in reverse. Use lax.scan, or "
+      "fori_loop with concrete (Python int) bounds, which becomes a scan; forward "
+      "mode (jvp, jacfwd) works for while loops.")
+
+
+ad.transpose_rules[while_p] = _while_transpose
+
+
+# --- scan ---------------------------------------------------------------------------------------
+
+scan_p = Primitive("scan", multiple_results=True)
+
+
+def scan(f, init, xs, length=None, reverse=False):
+  """`carry, y = f(carry, x)` for each x along the leading axis of `xs`;
+  returns the final carry and the stacked ys. As jax.lax.scan."""
+  xs_flat, xs_tree = tree_flatten(xs)
+  lengths = {np.shape(x)[0] if np.ndim(x) else None for x in xs_flat}
+  if None in lengths:
+    raise TypeError("scan: every leaf of xs must be an array with a leading axis to scan over")
+  if length is not None:
+    lengths.add(int(length))
+  if len(lengths) > 1:
+    raise ValueError(f"scan: xs leaves and length disagree on the length: {sorted(lengths)}")
+  if not lengths:
+    raise ValueError("scan: with no xs, pass length=")
+  (length,) = lengths
+  init_flat, init_tree = tree_flatten(init)
+  init_avals = [_abstractify(x) for x in init_flat]
+  x_avals = [_abstractify(x) for x in xs_flat]
+  x_avals = [a.update(shape=a.shape[1:]) for a in x_avals]
+
+  def body(carry, x):
+    out = f(carry, x)
+    if not isinstance(out, tuple) or len(out) != 2:
+      raise TypeError("scan: f must return a pair (new_carry, y)")
+    return out
+
+  def trace(avals):
+    def flat(*args):
+      c = tree_unflatten(init_tree, args[:len(init_flat)])
+      x = tree_unflatten(xs_tree, args[len(init_flat):])
+      new_c, y = body(c, x)
+      c_flat, c_tree = tree_flatten(new_c)
+      y_flat, y_tree = tree_flatten(y)
+      trees.append((c_tree, y_tree))
+      return c_flat + y_flat
+    trees: list = []
+    j, consts = _trace(flat, avals + x_avals)
+    return j, consts, trees[-1]
+
+  j, consts, (c_tree, y_tree) = trace(init_avals)
+  nc = len(init_flat)
+  _check_carry("scan", "f", init_tree, c_tree, init_avals, j.out_avals[:nc])
+  fixes = _weak_fix(init_avals, j.out_avals[:nc])
+  if any(d is not None for d in fixes):
+    init_flat = _convert_leaves(init_flat, fixes)
+    init_avals = [_abstractify(x) for x in init_flat]
+    j, consts, (c_tree, y_tree) = trace(init_avals)
+  _check_carry("scan", "f", init_tree, c_tree, init_avals, j.out_avals[:nc], strict=True)
+  n_in = len(consts) + nc + len(xs_flat)
+  outs = scan_p.bind(*consts, *init_flat, *xs_flat, jaxpr=_closed(j), num_consts=len(consts),
+                     num_carry=nc, length=length, reverse=bool(reverse),
+                     linear=(False,) * n_in)
+  return tree_unflatten(c_tree, outs[:nc]), tree_unflatten(y_tree, outs[nc:])
+
+
+def _scan_impl(*args, jaxpr, num_consts, num_carry, length, reverse, linear):
+  consts, carry = args[:num_consts], list(args[num_consts:num_consts + num_carry])
+  xs = [np.asarray(x) for x in args[num_consts + num_carry:]]
+  ys = [None] * length
+  for i in (reversed(range(length)) if reverse else range(length)):
+    outs = eval_jaxpr(jaxpr.jaxpr, [], *consts, *carry, *[x[i] for x in xs])
+    carry, ys[i] = outs[:num_carry], outs[num_carry:]
+  y_avals = jaxpr.out_avals[num_carry:]
+  stacked = [np.stack([np.asarray(y[k]) for y in ys]) if length else
+             np.zeros((0, *a.shape), a.dtype) for k, a in enumerate(y_avals)]
+  return [*carry, *[s.astype(a.dtype) for s, a in zip(stacked, y_avals)]]
+
+
+def _scan_abstract_eval(*args, jaxpr, num_consts, num_carry, length, reverse, linear):
+  consts, carry = args[:num_consts], args[num_consts:num_consts + num_carry]
+  xs = args[num_consts + num_carry:]
+  for i, x in enumerate(xs):
+    if not x.shape or x.shape[0] != length:
+      raise TypeError(f"scan: xs operand {i} is {x.str_short()} but length is {length}")
+  ins = list(consts) + list(carry) + [x.update(shape=x.shape[1:]) for x in xs]
+  want = jaxpr.in_avals
+  if len(want) != len(ins) or any(not _same_type(a, b) for a, b in zip(want, ins)):
+    raise TypeError(f"scan: the body takes {_avals_str(want)} but gets {_avals_str(ins)}")
+  outs = jaxpr.out_avals
+  c_out = outs[:num_carry]
+  if any(not _same_type(a, b) for a, b in zip(c_out, carry)):
+    raise TypeError(f"scan: the body returns a carry {_avals_str(c_out)} but the carry is "
+                    f"{_avals_str(carry)}; it must keep its type")
+  return ([raise_to_shaped(a) for a in carry] +
+          [ShapedArray((length, *a.shape), a.dtype, a.weak_type) for a in outs[num_carry:]])
+
+
+impl_rules[scan_p] = _scan_impl
+abstract_eval_rules[scan_p] = _scan_abstract_eval
+
+
+def _scan_jvp(primals, tangents, *, jaxpr, num_consts, num_carry, length, reverse, linear):
+  nc, ncar = num_consts, num_carry
+  nz = [t and _is_float(get_aval(x)) for t, x in zip(_nz(tangents), primals)]
+  consts_nz, carry_nz, xs_nz = nz[:nc], nz[nc:nc + ncar], nz[nc + ncar:]
+  n_ys = len(jaxpr.out_avals) - ncar
+  while True:
+    _, _, out_nz = _jvp_jaxpr(jaxpr.jaxpr, tuple(consts_nz + carry_nz + xs_nz),
+                              tuple(carry_nz + [False] * n_ys))
+    new = [a or b for a, b in zip(carry_nz, out_nz[:ncar])]
+    if new == carry_nz:
+      break
+    carry_nz = new
+  j, jc, out_nz = _jvp_jaxpr(jaxpr.jaxpr, tuple(consts_nz + carry_nz + xs_nz),
+                             tuple(carry_nz + [False] * n_ys))
+  k, nx = len(jc), len(primals) - nc - ncar
+  a, b, c = sum(consts_nz), sum(carry_nz), sum(xs_nz)
+  P = k + nc + ncar + nx   # where the tangent inputs start
+  order = (list(range(k + nc)) + list(range(P, P + a))                       # consts
+           + list(range(k + nc, k + nc + ncar)) + list(range(P + a, P + a + b))  # carry
+           + list(range(k + nc + ncar, P)) + list(range(P + a + b, P + a + b + c)))  # xs
+  ys_nz = out_nz[ncar:]
+  n_out = ncar + n_ys
+  outs = j.outvars
+  t_out = outs[n_out:]
+  new_outvars = outs[:ncar] + t_out[:b] + outs[ncar:n_out] + t_out[b:]
+  j = Jaxpr([], [j.invars[i] for i in order], j.eqns, new_outvars)
+  dots = lambda ts, mask: [instantiate_zeros(t) for t, z in zip(ts, mask) if z]
+  consts_dot = dots(tangents[:nc], consts_nz)
+  carry_dot = dots(tangents[nc:nc + ncar], carry_nz)
+  xs_dot = dots(tangents[nc + ncar:], xs_nz)
+  consts, carry, xs = primals[:nc], primals[nc:nc + ncar], primals[nc + ncar:]
+  ops = [*jc, *consts, *consts_dot, *carry, *carry_dot, *xs, *xs_dot]
+  res = scan_p.bind(*ops, jaxpr=_closed(j), num_consts=k + nc + a, num_carry=ncar + b,
+                    length=length, reverse=reverse, linear=(False,) * len(ops))
+  carry_out, carry_dot_out = res[:ncar], iter(res[ncar:ncar + b])
+  ys, ys_dot = res[ncar + b:ncar + b + n_ys], iter(res[ncar + b + n_ys:])
+  p_out = [*carry_out, *ys]
+  t_out = ([next(carry_dot_out) if z else Zero.from_value(p) for p, z in zip(carry_out, carry_nz)]
+           + [next(ys_dot) if z else Zero.from_value(p) for p, z in zip(ys, ys_nz)])
+  return p_out, t_out
+
+
+ad.jvp_rules[scan_p] = _scan_jvp
+
+
+def _scan_vmap(axis_size, vals_in, dims_in, *, jaxpr, num_consts, num_carry, length, reverse,
+               linear):
+  nc, ncar = num_consts, num_carry
+  bat = [d is not not_mapped for d in dims_in]
+  consts_b, carry_b, xs_b = bat[:nc], bat[nc:nc + ncar], bat[nc + ncar:]
+  n_ys = len(jaxpr.out_avals) - ncar
+  while True:
+    _, _, out_b = _vmap_jaxpr(jaxpr.jaxpr, axis_size, tuple(consts_b + carry_b + xs_b),
+                              tuple(carry_b + [False] * n_ys))
+    new = [a or b for a, b in zip(carry_b, out_b[:ncar])]
+    if new == carry_b:
+      break
+    carry_b = new
+  j, jc, out_b = _vmap_jaxpr(jaxpr.jaxpr, axis_size, tuple(consts_b + carry_b + xs_b),
+                             tuple(carry_b + [False] * n_ys))
+  consts = [_to0(axis_size, x, d) for x, d in zip(vals_in[:nc], dims_in[:nc])]
+  carry = [move_batch_axis(axis_size, d, 0, x) if b else x
+           for x, d, b in zip(vals_in[nc:nc + ncar], dims_in[nc:nc + ncar], carry_b)]
+  # xs keep the scanned axis first: their batch axis goes second.
+  xs = [x if d is not_mapped else move_batch_axis(axis_size, d, 1, x)
+        for x, d in zip(vals_in[nc + ncar:], dims_in[nc + ncar:])]
+  ops = [*jc, *consts, *carry, *xs]
+  outs = scan_p.bind(*ops, jaxpr=_closed(j), num_consts=len(jc) + nc, num_carry=ncar,
+                     length=length, reverse=reverse, linear=(False,) * len(ops))
+  return outs, ([0 if b else not_mapped for b in out_b[:ncar]]
+                + [1 if b else not_mapped for b in out_b[ncar:]])
+
+
+batching.vmap_rules[scan_p] = _scan_vmap
+
+
+def _scan_lowering(ctx, *args, jaxpr, num_consts, num_carry, length, reverse, linear):
+  """A scan is a while loop over (i, carry, ys): each iteration slices x = xs[i]
+  (dynamic_slice), runs the body, and writes y into ys[i] (dynamic_update_slice)."""
+  nc, ncar = num_consts, num_carry
+  consts, init, xs = args[:nc], args[nc:nc + ncar], args[nc + ncar:]
+  avals_in = ctx.avals_in
+  carry_avals, xs_avals = avals_in[nc:nc + ncar], avals_in[nc + ncar:]
+  ys_avals = ctx.avals_out[ncar:]
+  i32 = ShapedArray((), np.int32)
+  zero = ctx.constant(0, np.int32)
+  ys_init = [ctx.constant(np.zeros(a.shape, a.dtype), a.dtype) for a in ys_avals]
+  state_avals = [i32, *carry_avals, *ys_avals]
+  n = len(state_avals)
+  name = ctx.fresh()
+  names = [f"{name}#{k}" for k in range(n)] if n > 1 else [name]
+  types = ", ".join(mlir_type(a) for a in state_avals)
+
+  def fresh_args():
+    return [ctx.fresh().replace("%", "%iter") for _ in state_avals]
+
+  def head(block_args):
+    return "^bb0(" + ", ".join(f"{a}: {mlir_type(v)}" for a, v in zip(block_args, state_avals)) + "):"
+
+  ind = "      "
+  # cond region: i < length
+  cargs = fresh_args()
+  sub = ctx.sub_context()
+  lim = sub.constant(length, np.int32)
+  t = mlir_type(i32)
+  pred = sub.emit(f"stablehlo.compare LT, {cargs[0]}, {lim}, SIGNED : ({t}, {t}) -> tensor<i1>")
+  cond_r = ("{\n    " + head(cargs) + "\n" + "\n".join(ind + l for l in sub.lines)
+            + "\n" + _ret([pred], [ShapedArray((), np.bool_)]) + "\n    }")
+  # body region
+  bargs = fresh_args()
+  i, carry, ys = bargs[0], bargs[1:1 + ncar], bargs[1 + ncar:]
+  sub = ctx.sub_context()
+  if reverse:   # index length - 1 - i
+    last = sub.constant(length - 1, np.int32)
+    idx = sub.emit(f"stablehlo.subtract {last}, {i} : {t}")
+  else:
+    idx = i
+  zero_in = sub.constant(0, np.int32)
+  x_vals = []
+  for x, a in zip(xs, xs_avals):
+    starts = ", ".join([idx] + [zero_in] * (len(a.shape) - 1))
+    sl = ShapedArray((1, *a.shape[1:]), a.dtype)
+    s = sub.emit(f"stablehlo.dynamic_slice {x}, {starts}, sizes = {list(sl.shape)} : "
+                 f"({mlir_type(a)}, {', '.join([t] * len(a.shape))}) -> {mlir_type(sl)}")
+    el = ShapedArray(a.shape[1:], a.dtype)
+    x_vals.append(sub.emit(f"stablehlo.reshape {s} : ({mlir_type(sl)}) -> {mlir_type(el)}"))
+  outs = lowering.lower_jaxpr_body(sub, jaxpr.jaxpr,
+                                   dict(zip(jaxpr.jaxpr.invars, [*consts, *carry, *x_vals])))
+  new_carry, new_y = outs[:ncar], outs[ncar:]
+  new_ys = []
+  for buf, y, a in zip(ys, new_y, ys_avals):
+    el = ShapedArray(a.shape[1:], a.dtype)
+    up = ShapedArray((1, *a.shape[1:]), a.dtype)
+    r = sub.emit(f"stablehlo.reshape {y} : ({mlir_type(el)}) -> {mlir_type(up)}")
+    starts = ", ".join([idx] + [zero_in] * (len(a.shape) - 1))
+    new_ys.append(sub.emit(
+        f"stablehlo.dynamic_update_slice {buf}, {r}, {starts} : ({mlir_type(a)}, "
+        f"{mlir_type(up)}, {', '.join([t] * len(a.shape))}) -> {mlir_type(a)}"))
+  one = sub.constant(1, np.int32)
+  i_next = sub.emit(f"stablehlo.add {i}, {one} : {t}")
+  body_r = ("{\n    " + head(bargs) + "\n"
+            + "\n".join(ind + l.replace("\n", "\n" + ind) for l in sub.lines) + "\n"
+            + _ret([i_next, *new_carry, *new_ys], state_avals) + "\n    }")
+  lhs = f"{name}:{n}" if n > 1 else name
+  ctx.emit(f'{lhs} = "stablehlo.while"({", ".join([zero, *init, *ys_init])}) '
+           f"({cond_r}, {body_r}) : ({types}) -> ({types})", result=False)
+  return names[1:]
+
+
+lowering.register_lowering(scan_p, _scan_lowering)
+
+
+# --- scan: partial evaluation and transposition (grad) ------------------------------------------
+
+def _scan_split(jaxpr: Jaxpr, nc, ncar, unknowns):
+  """Split a scan body. Known scan: known consts, carry and xs -> known carry,
+  known ys and per-iteration residuals (as extra ys). Unknown scan: residuals
+  that are known consts are passed as consts, the rest are scanned over."""
+  consts_uk, carry_uk, xs_uk = unknowns[:nc], list(unknowns[nc:nc + ncar]), unknowns[nc + ncar:]
+  n_ys = len(jaxpr.outvars) - ncar
+  while True:
+    _, _, out_uk, _ = pe.partial_eval_jaxpr(jaxpr, consts_uk + carry_uk + xs_uk,
+                                            carry_uk + [False] * n_ys)
+    new = [a or b for a, b in zip(carry_uk, out_uk[:ncar])]
+    if new == carry_uk:
+      break
+    carry_uk = new
+  uk = consts_uk + carry_uk + xs_uk
+  j1, j2, out_uk, nr = pe.partial_eval_jaxpr(jaxpr, uk, carry_uk + [False] * n_ys)
+  known_consts = [v for v, u in zip(jaxpr.invars[:nc], consts_uk) if not u]
+  n_known_out = len(out_uk) - sum(out_uk)
+  res = j1.outvars[n_known_out:]
+  is_const_res = [type(r) is Var and r in known_consts for r in res]
+  # Known body: drop the loop-invariant residuals (they are consts, passed as is).
+  j1 = Jaxpr([], j1.invars, j1.eqns,
+             j1.outvars[:n_known_out] + [r for r, c in zip(res, is_const_res) if not c])
+  res2 = j2.invars[:nr]
+  ins2 = j2.invars[nr:]
+  n_uk_consts, n_uk_carry = sum(consts_uk), sum(carry_uk)
+  j2 = Jaxpr([], [r for r, c in zip(res2, is_const_res) if c] + ins2[:n_uk_consts]
+             + ins2[n_uk_consts:n_uk_consts + n_uk_carry]
+             + [r for r, c in zip(res2, is_const_res) if not c]
+             + ins2[n_uk_consts + n_uk_carry:], j2.eqns, j2.outvars)
+  const_res_idx = [known_consts.index(r) for r, c in zip(res, is_const_res) if c]
+  stacked_avals = [r.aval for r, c in zip(res, is_const_res) if not c]
+  return j1, j2, carry_uk, out_uk, const_res_idx, stacked_avals
+
+
+def _scan_params(j, nconsts, ncarry, length, reverse, n_in):
+  return dict(jaxpr=_closed(j), num_consts=nconsts, num_carry=ncarry, length=length,
+              reverse=reverse, linear=(False,) * n_in)
+
+
+def _scan_partial_eval(trace, tracers, *, jaxpr, num_consts, num_carry, length, reverse, linear):
+  nc, ncar = num_consts, num_carry
+  unknowns = [t.pval.is_unknown for t in tracers]
+  j1, j2, carry_uk, out_uk, const_res_idx, stacked_avals = _scan_split(
+      jaxpr.jaxpr, nc, ncar, unknowns)
+  uk = unknowns[:nc] + carry_uk + unknowns[nc + ncar:]
+  known_in = [t.pval.const for t, u in zip(tracers, uk) if not u]
+  nkc, nkcar = nc - sum(unknowns[:nc]), ncar - sum(carry_uk)
+  outs1 = scan_p.bind(*known_in, **_scan_params(j1, nkc, nkcar, length, reverse, len(known_in)))
+  n_known_out = len(out_uk) - sum(out_uk)
+  known_out, stacked = outs1[:n_known_out], outs1[n_known_out:]
+  known_consts = [t for t, u in zip(tracers[:nc], unknowns[:nc]) if not u]
+  const_res = [trace.instantiate_const(known_consts[i]) for i in const_res_idx]
+  stacked_t = [trace.instantiate_const(trace.pure(r)) for r in stacked]
+  uk_consts = [t for t, u in zip(tracers[:nc], unknowns[:nc]) if u]
+  uk_carry = [trace.instantiate_const(t) for t, u in zip(tracers[nc:nc + ncar], carry_uk) if u]
+  uk_xs = [t for t, u in zip(tracers[nc + ncar:], unknowns[nc + ncar:]) if u]
+  ins2 = [*const_res, *uk_consts, *uk_carry, *stacked_t, *uk_xs]
+  all_avals = _scan_abstract_eval(*[t.aval for t in tracers], jaxpr=jaxpr, num_consts=nc,
+                                  num_carry=ncar, length=length, reverse=reverse, linear=linear)
+  outs2 = trace.stage(scan_p, ins2, _scan_params(j2, len(const_res) + len(uk_consts),
+                                                 len(uk_carry), length, reverse, len(ins2)),
+                      [a for a, u in zip(all_avals, out_uk) if u])
+  known_out, outs2 = iter(known_out), iter(outs2)
+  return [next(outs2) if u else trace.pure(next(known_out)) for u in out_uk]
+
+
+pe.partial_eval_rules[scan_p] = _scan_partial_eval
+
+
+def _scan_partial_eval_jaxpr(unks_in, eqn):
+  p = eqn.params
+  nc, ncar, length, reverse = p["num_consts"], p["num_carry"], p["length"], p["reverse"]
+  j1, j2, carry_uk, out_uk, const_res_idx, stacked_avals = _scan_split(
+      p["jaxpr"].jaxpr, nc, ncar, list(unks_in))
+  uk = list(unks_in[:nc]) + carry_uk + list(unks_in[nc + ncar:])
+  ins = eqn.inputs
+  ins1 = [x for x, u in zip(ins, uk) if not u]
+  nkc, nkcar = nc - sum(unks_in[:nc]), ncar - sum(carry_uk)
+  stacked = [Var(ShapedArray((length, *a.shape), a.dtype, a.weak_type)) for a in stacked_avals]
+  outs1 = [v for v, u in zip(eqn.out_binders, out_uk) if not u]
+  eqn1 = JaxprEqn(scan_p, ins1, _scan_params(j1, nkc, nkcar, length, reverse, len(ins1)),
+                  outs1 + stacked)
+  known_consts = [x for x, u in zip(ins[:nc], unks_in[:nc]) if not u]
+  const_res = [known_consts[i] for i in const_res_idx]
+  uk_consts = [x for x, u in zip(ins[:nc], unks_in[:nc]) if u]
+  uk_carry = [x for x, u in zip(ins[nc:nc + ncar], carry_uk) if u]
+  uk_xs = [x for x, u in zip(ins[nc + ncar:], unks_in[nc + ncar:]) if u]
+  ins2 = [*const_res, *uk_consts, *uk_carry, *stacked, *uk_xs]
+  outs2 = [v for v, u in zip(eqn.out_binders, out_uk) if u]
+  eqn2 = JaxprEqn(scan_p, ins2, _scan_params(j2, len(const_res) + len(uk_consts), len(uk_carry),
+                                             length, reverse, len(ins2)), outs2)
+  # Known carries forced unknown enter the unknown scan as residuals too.
+  res = stacked + [x for x in const_res + uk_carry if type(x) is Var]
+  return eqn1, eqn2, out_uk, res
+
+
+pe.partial_eval_jaxpr_rules[scan_p] = _scan_partial_eval_jaxpr
+
+
+def _scan_transpose(cts, *args, jaxpr, num_consts, num_carry, length, reverse, linear):
+  """Run the linear scan backwards. Consts that are residuals stay consts;
+  linear consts accumulate their cotangent in the carry; the carry's
+  cotangent is the carry; residual xs and the ys' cotangents are scanned over
+  in reverse, producing the linear xs' cotangents. Every carry is linear."""
+  nc, ncar = num_consts, num_carry
+  consts, carry, xs = args[:nc], args[nc:nc + ncar], args[nc + ncar:]
+  undef = ad.is_undefined_primal
+  c_lin = [undef(c) for c in consts]
+  x_lin = [undef(x) for x in xs]
+  res_consts = [c for c in consts if not undef(c)]
+  res_xs = [x for x in xs if not undef(x)]
+  body = jaxpr.jaxpr
+  avals = body.in_avals
+  c_avals, car_avals, x_avals = avals[:nc], avals[nc:nc + ncar], avals[nc + ncar:]
+  y_avals = body.out_avals[ncar:]
+  lin_c_avals = [a for a, l in zip(c_avals, c_lin) if l]
+  lin_x_avals = [a for a, l in zip(x_avals, x_lin) if l]
+
+  def body_t(*a):
+    it = iter(a)
+    rc = [next(it) for _ in res_consts]
+    acc = [next(it) for _ in lin_c_avals]
+    ct_carry = [next(it) for _ in car_avals]
+    rx = [next(it) for _ in res_xs]
+    ct_y = [next(it) for _ in y_avals]
+    rc_it, rx_it = iter(rc), iter(rx)
+    primals = ([ad.UndefPrimal(av) if l else next(rc_it) for av, l in zip(c_avals, c_lin)]
+               + [ad.UndefPrimal(av) for av in car_avals]
+               + [ad.UndefPrimal(av) if l else next(rx_it) for av, l in zip(x_avals, x_lin)])
+    cts_in = ad.backward_pass(body, primals, [*ct_carry, *ct_y])
+    cts_in = [instantiate_zeros(c) for c in cts_in]
+    nlc = len(lin_c_avals)
+    ct_consts, ct_carry_new, ct_x = cts_in[:nlc], cts_in[nlc:nlc + ncar], cts_in[nlc + ncar:]
+    return ([lax.add(a, b) for a, b in zip(acc, ct_consts)] + ct_carry_new + ct_x)
+
+  res_c_avals = [raise_to_shaped(get_aval(c)) for c in res_consts]
+  res_x_avals = [raise_to_shaped(get_aval(x)) for x in res_xs]
+  res_x_avals = [a.update(shape=a.shape[1:]) for a in res_x_avals]
+  tj, tc = _trace(body_t, [*res_c_avals, *lin_c_avals, *car_avals, *res_x_avals, *y_avals])
+  ct_carry = [instantiate_zeros(c) for c in cts[:ncar]]
+  ct_ys = [instantiate_zeros(c) for c in cts[ncar:]]
+  acc0 = [np.zeros(a.shape, a.dtype) for a in lin_c_avals]
+  ops = [*tc, *res_consts, *acc0, *ct_carry, *res_xs, *ct_ys]
+  outs = scan_p.bind(*ops, **_scan_params(tj, len(tc) + len(res_consts),
+                                          len(acc0) + ncar, length, not reverse, len(ops)))
+  nlc = len(acc0)
+  ct_consts, ct_init, ct_xs = iter(outs[:nlc]), outs[nlc:nlc + ncar], iter(outs[nlc + ncar:])
+  return ([next(ct_consts) if l else None for l in c_lin]
+          + [ct if undef(c) else None for ct, c in zip(ct_init, carry)]
+          + [next(ct_xs) if l else None for l in x_lin])
+
+
+ad.transpose_rules[scan_p] = _scan_transpose
+
+
+# --- FLOPS: a jaxpr interpreter that counts floating-point operations -----------------------------
+
+class FlopCount:
+  """The result of `flops(f)(*args)`: a total, and the counts per primitive."""
+
+  def __init__(self):
+    self.by_primitive: dict = {}
+
+  def add(self, name: str, n: int):
+    if n:
+      self.by_primitive[name] = self.by_primitive.get(name, 0) + int(n)
+
+  @property
+  def total(self) -> int:
+    return sum(self.by_primitive.values())
+
+  def __int__(self):
+    return self.total
+
+  def __eq__(self, other):
+    return self.total == (other.total if isinstance(other, FlopCount) else other)
+
+  __hash__ = None
+
+  def __repr__(self):
+    parts = ", ".join(f"{k}={v}" for k, v in sorted(self.by_primitive.items()))
+    return f"FlopCount(total={self.total}: {parts})"
+
+
+def _size(aval) -> int:
+  return int(np.prod(aval.shape, dtype=int))
+
+
+def _elementwise_flops(avals_in, avals_out, **_):
+  if not any(np.dtype(a.dtype).kind in "fc" for a in avals_in):
+    return 0   # integer arithmetic (a loop counter) is not floating point
+  return _size(avals_out[0])
+
+
+def _reduce_flops(avals_in, avals_out, **_):
+  return _size(avals_in[0]) - _size(avals_out[0])
+
+
+def _dot_general_flops(avals_in, avals_out, *, dimension_numbers):
+  (lc, _), _ = dimension_numbers
+  x = avals_in[0]
+  contract = int(np.prod([x.shape[i] for i in lc], dtype=int))
+  return 2 * _size(avals_out[0]) * contract   # a multiply and an add per term
+
+
+# Per-primitive cost rules, in the mini-JAX style: `rule(avals_in, avals_out,
+# **params) -> int`. Data movement (broadcast, reshape, ...) costs nothing.
+flops_rules: dict = {}
+for _p in list(lax.binary_primitives) + list(lax.unary_primitives):
+  flops_rules[_p] = _elementwise_flops
+flops_rules[lax.reduce_sum_p] = _reduce_flops
+flops_rules[lax.reduce_max_p] = _reduce_flops
+flops_rules[lax.dot_general_p] = _dot_general_flops
+for _p in (lax.broadcast_p, lax.reshape_p, lax.transpose_p, lax.convert_element_type_p,
+           select_n_p, clamp_p):
+  flops_rules[_p] = lambda avals_in, avals_out, **_: 0
+
+
+def _eval_flops(jaxpr: Jaxpr, args, counts: FlopCount) -> list:
+  """Evaluate `jaxpr` on concrete `args`, adding every equation's cost. A
+  higher-order primitive's cost is its sub-jaxprs' costs, counted by running
+  them: the taken branch of a cond, each iteration of a scan or a while (whose
+  trip count may depend on the data)."""
+  env: dict = {}
+  read = lambda x: x.val if type(x) is Lit else env[x]
+  for v, a in zip(jaxpr.invars, args):
+    env[v] = a
+  for eqn in jaxpr.eqns:
+    ins = [read(x) for x in eqn.inputs]
+    outs = _flops_eqn(eqn, ins, counts)
+    for v, o in zip(eqn.out_binders, outs):
+      env[v] = o
+  return [read(x) for x in jaxpr.outvars]
+
+
+def _flops_eqn(eqn, ins, counts) -> list:
+  p, params = eqn.primitive, eqn.params
+  if p is cond_p:
+    br = params["branches"][int(np.clip(np.asarray(ins[0]), 0, len(params["branches"]) - 1))]
+    return _eval_flops(br.jaxpr, ins[1:], counts)
+  if p is while_p:
+    nc, nb = params["cond_nconsts"], params["body_nconsts"]
+    cc, bc, carry = ins[:nc], ins[nc:nc + nb], ins[nc + nb:]
+    while bool(np.asarray(_eval_flops(params["cond_jaxpr"].jaxpr, [*cc, *carry], counts)[0])):
+      carry = _eval_flops(params["body_jaxpr"].jaxpr, [*bc, *carry], counts)
+    return carry
+  if p is scan_p:
+    nc, ncar, length = params["num_consts"], params["num_carry"], params["length"]
+    consts, carry, xs = ins[:nc], ins[nc:nc + ncar], [np.asarray(x) for x in ins[nc + ncar:]]
+    ys = [None] * length
+    order = reversed(range(length)) if params["reverse"] else range(length)
+    for i in order:
+      outs = _eval_flops(params["jaxpr"].jaxpr, [*consts, *carry, *[x[i] for x in xs]], counts)
+      carry, ys[i] = outs[:ncar], outs[ncar:]
+    y_avals = params["jaxpr"].out_avals[ncar:]
+    return [*carry, *[np.stack([np.asarray(y[k]) for y in ys]) if length else
+                      np.zeros((0, *a.shape), a.dtype) for k, a in enumerate(y_avals)]]
+  if "jaxpr" in params and isinstance(params["jaxpr"], Jaxpr):   # xla_call (jit)
+    return _eval_flops(params["jaxpr"], ins, counts)
+  rule = flops_rules.get(p)
+  if rule is None:
+    raise NotImplementedError(f"FLOPS rule for '{p.name}' not implemented: add one to "
+                              "control_flow.flops_rules")
+  counts.add(p.name, rule([x.aval for x in eqn.inputs], [v.aval for v in eqn.out_binders],
+                          **params))
+  out = impl_rules[p](*ins, **params)
+  return out if p.multiple_results else [out]
+
+
+def flops(f, by_primitive: bool = False):
+  """`flops(f)(*args)`: the floating-point operations `f(*args)` performs.
+
+  `f` is traced to a jaxpr, which a FLOPS interpreter then evaluates, adding
+  each primitive's cost (one per output element for elementwise ops, 2·m·n·k
+  for a matmul, ...). Sub-jaxprs are counted by running them, so a while loop
+  with a data-dependent trip count is counted exactly. Returns a FlopCount.
+  """
+  from .api import make_jaxpr
+
+  def counted(*args):
+    closed = make_jaxpr(f)(*args)
+    counts = FlopCount()
+    args_flat, _ = tree_flatten(args)
+    _eval_flops(Jaxpr([], closed.jaxpr.constvars + closed.jaxpr.invars, closed.jaxpr.eqns,
+                      closed.jaxpr.outvars), [*closed.consts, *args_flat], counts)
+    return counts
+  return counted
