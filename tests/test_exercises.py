@@ -31,6 +31,8 @@ PARTS = {   # part: its exercises, in order
     "part2": ["2.1", "2.2", "2.3", "2.4", "2.5", "2.6"],
     "part3": ["3.1", "3.2", "3.3", "3.4", "3.5"],
     "part4": ["4.1", "4.2", "4.3", "4.4", "4.5", "4.6", "4.7"],
+    "primitives": ["P.1", "P.2", "P.3", "P.4", "P.5", "P.6"],
+    "jaxpr_language": ["C.1", "C.2", "C.3", "C.4", "C.5", "C.6"],
 }
 STUB = EXERCISE_DIR / "part1.ipynb"   # the grader's harder cases use Part 1
 EXERCISES = PARTS["part1"]
@@ -71,6 +73,21 @@ MISTAKES = {
     "4.6": ("return grads[0] if isinstance(argnums, int) else tuple(grads)", "return tuple(grads)"),
     "4.7": ("  env = dict(zip(jaxpr.invars, args))   # every primal value, computed once",
             "  return naive_grad(jaxpr, args)"),
+    # Defining a new primitive
+    "P.1": ("return m + np.log1p(np.exp(-np.abs(np.subtract(x, y))))",
+            "return np.log(np.exp(x) + np.exp(y))"),
+    "P.2": ("if x.shape != y.shape:", "if x.ndim != y.ndim:"),
+    "P.3": ("stablehlo.log_plus_one {e}", "stablehlo.log {e}"),
+    "P.4": ("wy = lax.exp(lax.sub(y, out))", "wy = lax.exp(lax.sub(x, out))"),
+    "P.5": ("ct_yt = lax.mul(wy, ct)", "ct_yt = lax.mul(wx, ct)"),
+    "P.6": ("return logaddexp(x, y), 0", "return logaddexp(x, y), dims_in[0]"),
+    # The jaxpr language: control flow
+    "C.1": ("return outs[:n], outs[n:]", "return outs[:n], outs[:n]"),
+    "C.2": ("outs.append(select_n(which, *cases))", "outs.append(select_n(which, *cases[::-1]))"),
+    "C.3": ("return lax.less(i, hi)", "return lax.less_equal(i, hi)"),
+    "C.4": ("[ShapedArray((length, *y.shape), y.dtype)", "[ShapedArray(y.shape, y.dtype)"),
+    "C.5": ("return 2 * int(", "return 1 * int("),
+    "C.6": ("c_answer = [4.5, 4., 2.]", "c_answer = [2., 4., 4.5]"),
 }
 
 

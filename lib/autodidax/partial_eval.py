@@ -80,7 +80,13 @@ class JaxprBuilder:
     """A tracer for a constant: scalars become literals, others constvars."""
     tracer = self.const_tracers.get(id(val))
     if tracer is None:
-      aval = raise_to_shaped(get_aval(val))
+      # A known constant keeps its value in the tracer's aval (a ConcreteArray),
+      # so abstract-eval rules may look at it, as older JAX did; its
+      # Lit or Var in the jaxpr is typed by the ShapedArray, like every atom.
+      # An outer tracer has no value here: it is only a ShapedArray.
+      aval = get_aval(val)
+      if isinstance(val, Tracer):
+        aval = raise_to_shaped(aval)
       tracer = DynamicJaxprTracer(trace, aval)
       self.tracers += [tracer, val]   # keep the value alive while its id is a key
       self.const_tracers[id(val)] = tracer

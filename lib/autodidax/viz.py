@@ -270,6 +270,21 @@ def record():
 
 # --- Jaxprs as dataflow graphs ------------------------------------------------------------
 
+def _eqn_label(eqn, names, var_label) -> str:
+  """An equation's node: the primitive, its literals, short params, outputs."""
+  from .jaxpr import Lit, _fmt_literal, _has_jaxpr, _pp_param
+  lits = [_fmt_literal(x.val) for x in eqn.inputs if isinstance(x, Lit)]
+  params = ", ".join(f"{k}={_pp_param(v, names, 0)}" for k, v in sorted(eqn.params.items())
+                     if not _has_jaxpr(v))
+  label = f"<<b>{html.escape(eqn.primitive.name)}</b>"
+  if lits:
+    label += f" {html.escape(' '.join(lits))}"
+  if params:
+    label += f'<br/><font point-size="9">{html.escape(params)[:60]}</font>'
+  outs = ", ".join(var_label(v) for v in eqn.out_binders)
+  return label + f'<br/><font point-size="9" color="#555555">{html.escape(outs)}</font>>'
+
+
 def jaxpr_graph(jaxpr, title: str | None = None, max_eqns: int = 200):
   """Inputs, constvars, one node per equation (literals shown inline), outputs."""
   from .jaxpr import ClosedJaxpr, Lit, _has_jaxpr, _Names, _fmt_literal, _pp_param
@@ -296,16 +311,7 @@ def jaxpr_graph(jaxpr, title: str | None = None, max_eqns: int = 200):
              fillcolor="#d4edda")
   for i, eqn in enumerate(jaxpr.eqns[:max_eqns]):
     node = f"e{i}"
-    lits = [_fmt_literal(x.val) for x in eqn.inputs if isinstance(x, Lit)]
-    params = ", ".join(f"{k}={_pp_param(v, names, 0)}" for k, v in sorted(eqn.params.items())
-                       if not _has_jaxpr(v))
-    label = f"<<b>{html.escape(eqn.primitive.name)}</b>"
-    if lits:
-      label += f" {html.escape(' '.join(lits))}"
-    if params:
-      label += f'<br/><font point-size="9">{html.escape(params)[:60]}</font>'
-    outs = ", ".join(var_label(v) for v in eqn.out_binders)
-    label += f'<br/><font point-size="9" color="#555555">{html.escape(outs)}</font>>'
+    label = _eqn_label(eqn, names, var_label)
     g.node(node, label, shape="box", style="rounded,filled", fillcolor="#cfe2ff")
     for x in eqn.inputs:
       if not isinstance(x, Lit) and x in producer:
@@ -529,3 +535,221 @@ def forward_linear_transposed(f, *args):
 def _jvp_pair(f, primals, tangents):
   from .api import jvp
   return jvp(f, tuple(primals), tuple(tangents))
+
+
+# --- Tracing calls: who calls which rule, with what ---------------------------------------
+
+_call_depth = 0   # how many traced calls are running (the indentation)
+_tracing = True   # whether `trace` prints; see `tracing`
+
+
+class tracing:
+  """`viz.tracing(False)` silences every `trace` decorator, `viz.tracing(True)`
+  turns them back on; as a `with` block, the old setting returns at its end."""
+
+  def __init__(self, enabled: bool):
+    global _tracing
+    self._prev, _tracing = _tracing, enabled
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *exc):
+    global _tracing
+    _tracing = self._prev
+
+
+def _pp_aval(a) -> str:
+  if isinstance(a, core.ConcreteArray):
+    return f"ConcreteArray({a.str_short()}, {pp_traced(a.val)})"
+  return repr(a)
+
+
+def pp_traced(x) -> str:
+  """A value as `trace` prints it: tracers as their aval and interpreter."""
+  if isinstance(x, Tracer):
+    main = x._trace.main
+    return f"Traced<{_pp_aval(x.aval)}>with<{main.trace_type.__name__} level={main.level}>"
+  if isinstance(x, core.ShapedArray):
+    return _pp_aval(x)
+  if isinstance(x, tuple):
+    return f"({', '.join(map(pp_traced, x))}{',' if len(x) == 1 else ''})"
+  if isinstance(x, list):
+    return f"[{', '.join(map(pp_traced, x))}]"
+  if type(x) in (bool, int, float, str) or x is None:
+    return str(x)
+  if isinstance(x, np.generic):
+    return str(x.item())
+  if hasattr(x, "shape") and hasattr(x, "dtype"):   # NumPy and device arrays
+    a = np.asarray(x)
+    if a.ndim == 0:
+      return str(a.item())
+    return np.array2string(a, threshold=8) if a.size <= 8 else short(a)
+  r = repr(x)
+  return f"<{type(x).__name__}>" if " object at 0x" in r else r
+
+
+def trace_note(msg: str):
+  """Print `msg` at the indentation of the traced call that is running."""
+  if _tracing:
+    print("  " * _call_depth + msg)
+
+
+def trace(name: str):
+  """A decorator printing each call of a function and what it returns,
+  indented by nesting, with tracers shown as their abstract value and their
+  interpreter, e.g. `Traced<ShapedArray(f64[])>with<JVPTrace level=1>`:
+
+      @viz.trace("multiply_add_impl")
+      def multiply_add_impl(x, y, z): ...
+
+  The indentation is restored when the function raises. `viz.tracing(False)`
+  silences it; `viz.trace_note(msg)` prints a note at the current indentation.
+  """
+  import functools
+
+  def decorate(fun):
+    @functools.wraps(fun)
+    def traced(*args, **kwargs):
+      global _call_depth
+      if not _tracing:
+        return fun(*args, **kwargs)
+      shown = [pp_traced(a) for a in args] + [f"{k}={pp_traced(v)}" for k, v in kwargs.items()]
+      trace_note(f"call {name}({', '.join(shown)})")
+      _call_depth += 1
+      try:
+        out = fun(*args, **kwargs)
+      except BaseException as e:
+        _call_depth -= 1
+        trace_note(f"|<- {name} raised {type(e).__name__}")
+        raise
+      _call_depth -= 1
+      trace_note(f"|<- {name} = {pp_traced(out)}")
+      return out
+    return traced
+  return decorate
+
+
+# Which rule tables each transformation consults for a primitive it meets.
+TRANSFORMATION_RULES = {
+    "evaluation": ["impl"],
+    "make_jaxpr": ["abstract eval"],
+    "jit": ["abstract eval", "lowering"],
+    "jvp": ["JVP"],
+    "grad / vjp": ["JVP", "abstract eval", "transpose"],
+    "vmap": ["batching"],
+}
+
+
+def rules_graph(prim, title: str | None = None):
+  """Transformations on the left, the rule tables they use on the right; a
+  rule `prim` has is drawn solid, a missing one dashed (its transformations fail)."""
+  from . import ad, batching, lowering
+  tables = {"impl": core.impl_rules, "abstract eval": core.abstract_eval_rules,
+            "lowering": lowering.lowering_rules, "JVP": ad.jvp_rules,
+            "transpose": ad.transpose_rules, "batching": batching.vmap_rules}
+  g = _digraph("rules", rankdir="LR", nodesep="0.15", ranksep="1.1")
+  if title:
+    g.attr(label=title, labelloc="t")
+  for rule, table in tables.items():
+    have = prim in table
+    g.node(f"r_{rule}", f"{rule} rule" + ("" if have else "\n(missing)"), shape="box",
+           style="rounded,filled" if have else "rounded,dashed",
+           fillcolor="#d4edda" if have else "white", color="black" if have else HIGHLIGHT,
+           fontcolor="black" if have else HIGHLIGHT)
+  for t, rules in TRANSFORMATION_RULES.items():
+    ok = all(prim in tables[r] for r in rules)
+    g.node(f"t_{t}", t, shape="box", style="filled",
+           fillcolor="#cfe2ff" if ok else "#f8d7da")
+    for r in rules:
+      g.edge(f"t_{t}", f"r_{r}", style="solid" if prim in tables[r] else "dashed")
+  return g
+
+
+# --- Jaxprs with sub-jaxprs (cond, while, scan, xla_call) as nested clusters ----------------
+
+def jaxpr_graph_nested(jaxpr, title: str | None = None, max_eqns: int = 200):
+  """Like `jaxpr_graph`, but a higher-order equation is drawn as a cluster
+  holding its sub-jaxprs (each a cluster of its own, named by its parameter),
+  with edges from the equation's operands to the sub-jaxprs' inputs.
+  Names are shared across levels, as in the printed jaxpr."""
+  from .jaxpr import ClosedJaxpr, Jaxpr, Lit, _has_jaxpr, _Names, _fmt_literal, _pp_param
+  if isinstance(jaxpr, ClosedJaxpr):
+    jaxpr = jaxpr.jaxpr
+  names = _Names()
+  g = _digraph("jaxpr", rankdir="TB", nodesep="0.2", ranksep="0.3", compound="true")
+  if title:
+    g.attr(label=title, labelloc="t")
+  counter = [0]
+
+  def fresh(prefix):
+    counter[0] += 1
+    return f"{prefix}{counter[0]}"
+
+  def var_label(v):
+    return f"{names[v]}:{v.aval.str_short()}"
+
+  def sub_jaxprs(eqn):
+    for k, v in sorted(eqn.params.items()):
+      items = v if isinstance(v, tuple) else (v,)
+      js = [x.jaxpr if isinstance(x, ClosedJaxpr) else x for x in items
+            if isinstance(x, (Jaxpr, ClosedJaxpr))]
+      for i, j in enumerate(js):
+        yield (f"{k}[{i}]" if len(js) > 1 else k), j
+
+  def draw(sg, jx, producer, outer_inputs=None, depth=0):
+    """Draw `jx` into graph `sg`; `outer_inputs[i]` (a node or None) feeds invar i.
+    Returns the node ids producing its outputs."""
+    for v in jx.constvars:
+      producer[v] = fresh("c")
+      sg.node(producer[v], f"const {var_label(v)}", shape="box", style="filled,dashed",
+              fillcolor="#eeeeee")
+    for i, v in enumerate(jx.invars):
+      producer[v] = fresh("v")
+      sg.node(producer[v], var_label(v), shape="ellipse", style="filled",
+              fillcolor="#d4edda" if depth == 0 else "#e9f5ec")
+      if outer_inputs is not None and i < len(outer_inputs) and outer_inputs[i] is not None:
+        sg.edge(outer_inputs[i], producer[v], style="dashed", color="#888888")
+    for eqn in jx.eqns[:max_eqns]:
+      label = _eqn_label(eqn, names, var_label)
+      subs = list(sub_jaxprs(eqn))
+      node = fresh("e")
+      ins = [producer.get(x) if not isinstance(x, Lit) else None for x in eqn.inputs]
+      if not subs:
+        sg.node(node, label, shape="box", style="rounded,filled", fillcolor="#cfe2ff")
+        for src in ins:
+          if src is not None:
+            sg.edge(src, node)
+      else:
+        with sg.subgraph(name=f"cluster_{node}") as c:
+          c.attr(label="", style="rounded,filled", fillcolor="#f7f3ff", color="#8e7cc3")
+          c.node(node, label, shape="box", style="rounded,filled", fillcolor="#d9d2e9")
+          for src in ins:
+            if src is not None:
+              sg.edge(src, node)
+          for pname, sj in subs:
+            with c.subgraph(name=f"cluster_{fresh('s')}") as s:
+              s.attr(label=pname, style="rounded,dashed", color="#8e7cc3", fillcolor="white")
+              # Operands map to the sub-jaxpr's last inputs (cond: after the index).
+              k = len(sj.invars)
+              feed = ins[len(ins) - k:] if eqn.primitive.name != "cond" else ins[1:]
+              if eqn.primitive.name in ("while",):
+                feed = None
+              res = draw(s, sj, {}, feed, depth + 1)
+              for r in res:
+                if r is not None:
+                  s.edge(r, node, style="dotted", color="#8e7cc3", arrowhead="none")
+      for v in eqn.out_binders:
+        producer[v] = node
+    return [producer.get(x) if not isinstance(x, Lit) else None for x in jx.outvars]
+
+  outs = draw(g, jaxpr, {})
+  with g.subgraph(name="outputs") as s:
+    s.attr(rank="sink")
+    for k, (x, src) in enumerate(zip(jaxpr.outvars, outs)):
+      label = f"out {k}: " + (_fmt_literal(x.val) if isinstance(x, Lit) else var_label(x))
+      s.node(f"out{k}", label, shape="ellipse", peripheries="2", style="filled",
+             fillcolor="#fff3cd")
+      if src is not None:
+        g.edge(src, f"out{k}")
+  return g
