@@ -81,7 +81,7 @@ def autodiff(ctx) -> Table:
 
   ours_step = make(anp, adx.value_and_grad, adx.jit, adx.tree_util.tree_map)
   jax_step = make(jax.numpy, jax.value_and_grad, jax.jit, jax.tree_util.tree_map)
-  (p1, v1), (p2, v2) = ours_step(params, X, y), jax_step(params, X, y)
+  (_, v1), (_, v2) = ours_step(params, X, y), jax_step(params, X, y)
   assert np.allclose(float(v1), float(v2), rtol=1e-4), (float(v1), float(v2))
   platforms = runtime.available_platforms()
   t = ctx.time_many({"ours": lambda: ours_step(params, X, y)[1].__array__(),

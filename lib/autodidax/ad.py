@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import lax
-from .core import (MainTrace, RuleTable, Trace, Tracer, bind, check_live, full_lower,
+from .core import (RuleTable, Trace, Tracer, bind, check_live, full_lower,
                    full_raise, get_aval, new_main, raise_to_shaped)
 from .jaxpr import Lit, Var
 from .lax import (add_p, broadcast_p, convert_element_type_p, cos_p, div_p,
@@ -269,8 +269,6 @@ def backward_pass(jaxpr, args, cts) -> list:
   """Cotangents for the UndefPrimal entries of `args` (constvars then invars),
   given cotangents `cts` for the outputs. Zero cotangents stay symbolic, so
   parts of the jaxpr that don't reach an output cost nothing."""
-  from .core import bind
-  from .jaxpr import Lit, Var
   primal_env: dict = {}
   ct_env: dict = {}
 

@@ -1306,7 +1306,6 @@ def _scan_transpose(cts, *args, jaxpr, num_consts, num_carry, length, reverse, l
   c_avals, car_avals, x_avals = avals[:nc], avals[nc:nc + ncar], avals[nc + ncar:]
   y_avals = body.out_avals[ncar:]
   lin_c_avals = [a for a, l in zip(c_avals, c_lin) if l]
-  lin_x_avals = [a for a, l in zip(x_avals, x_lin) if l]
 
   def body_t(*a):
     it = iter(a)

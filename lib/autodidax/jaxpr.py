@@ -9,7 +9,7 @@ with `bind` (so evaluating a jaxpr is itself traceable), and the printer.
 from __future__ import annotations
 
 import itertools
-from typing import Any, NamedTuple, Union
+from typing import NamedTuple, Union
 
 import numpy as np
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from . import lax
 from .core import RuleTable, ShapedArray
-from .jaxpr import Jaxpr, Lit, Var
+from .jaxpr import Jaxpr, Lit
 
 lowering_rules = RuleTable(
     "Lowering", "Register one with `lowering.register_lowering(prim, rule)`.")

@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .core import (MainTrace, Primitive, ShapedArray, Trace, Tracer, abstract_eval_rules,
+from .core import (Primitive, ShapedArray, Trace, Tracer, abstract_eval_rules,
                    full_lower, full_raise, get_aval, new_dynamic, new_main, raise_to_shaped)
 from .jaxpr import (ClosedJaxpr, Jaxpr, JaxprEqn, Lit, Var, as_shaped,
                     typecheck_jaxpr)

@@ -287,7 +287,7 @@ def _eqn_label(eqn, names, var_label) -> str:
 
 def jaxpr_graph(jaxpr, title: str | None = None, max_eqns: int = 200):
   """Inputs, constvars, one node per equation (literals shown inline), outputs."""
-  from .jaxpr import ClosedJaxpr, Lit, _has_jaxpr, _Names, _fmt_literal, _pp_param
+  from .jaxpr import ClosedJaxpr, Lit, _Names, _fmt_literal
   if isinstance(jaxpr, ClosedJaxpr):
     jaxpr = jaxpr.jaxpr
   names = _Names()
@@ -673,7 +673,7 @@ def jaxpr_graph_nested(jaxpr, title: str | None = None, max_eqns: int = 200):
   holding its sub-jaxprs (each a cluster of its own, named by its parameter),
   with edges from the equation's operands to the sub-jaxprs' inputs.
   Names are shared across levels, as in the printed jaxpr."""
-  from .jaxpr import ClosedJaxpr, Jaxpr, Lit, _has_jaxpr, _Names, _fmt_literal, _pp_param
+  from .jaxpr import ClosedJaxpr, Jaxpr, Lit, _Names, _fmt_literal
   if isinstance(jaxpr, ClosedJaxpr):
     jaxpr = jaxpr.jaxpr
   names = _Names()
