@@ -167,7 +167,10 @@ def jit_section(ctx) -> Table:
       rows=rows, summary=summary,
       summary_text=(
           f"**Overall:** {summary['rows_met']} of {summary['rows']} measured rows "
-          "meet their goal. " + ("" if "cuda" in platforms else
+          "meet their goal (" + "; ".join(
+              f"{r['case']} {r['ours_over_jax']:.2f}× jax.jit"
+              + (f", the runtime alone {r['floor_us'] / r['jax_us']:.2f}×" if r["floor_us"] else "")
+              for r in measured) + "). " + ("" if "cuda" in platforms else
           "GPU rows were not measured: no GPU is available on this machine "
           "(they are added automatically when `runtime.available_platforms()` "
           "lists 'cuda'; `run.py` defaults `JAX_PLATFORMS=cpu`, so set it to "
