@@ -157,9 +157,25 @@ def execute(nb, timeout=300) -> nbformat.NotebookNode:
   return nb
 
 
+def coalesce_streams(outputs: list) -> list:
+  """Join consecutive stdout (or stderr) chunks: a kernel under load may send
+  one print as several stream messages. nbval compares them joined too."""
+  merged = []
+  for out in outputs:
+    if (out.output_type == "stream" and merged and merged[-1].output_type == "stream"
+        and merged[-1].name == out.name):
+      merged[-1].text += out.text
+    else:
+      merged.append(out)
+  return merged
+
+
 def reference(path: Path) -> nbformat.NotebookNode:
   """The executed reference notebook (solutions kept) of one source."""
   nb = execute(read_source(path))
+  for cell in nb.cells:
+    if cell.cell_type == "code":
+      cell.outputs = coalesce_streams(cell.outputs)
   for ex, entry in exercises(nb, path.name).items():
     outs = entry["check"].outputs
     if not (len(outs) == 1 and outs[0].output_type == "stream"
