@@ -151,6 +151,16 @@ def test_part1_renders_graphs_and_widgets_offline(build, browser):
   assert drawn, "no graphviz SVG on the page"
   _assert_drawn(drawn[0])
 
+  # The bind stepper works without a kernel: picking a bind shows its frame.
+  step_title = """() => [...document.querySelectorAll('.widget-html')]
+      .map(e => (e.innerText.match(/step \\d+\\/\\d+/) || [''])[0]).filter(x => x)"""
+  assert page.evaluate(step_title)[0].startswith("step 1/")
+  binds = page.locator(".widget-select select").first
+  binds.scroll_into_view_if_needed()
+  binds.select_option(index=3)
+  page.wait_for_function(f"() => ({step_title})().some(t => t.startsWith('step 4/'))",
+                         timeout=20_000)
+
   p.settle()
   # From the top, so the sticky header and sidebars are drawn where they belong.
   page.evaluate("document.activeElement && document.activeElement.blur(); window.scrollTo(0, 0)")

@@ -236,21 +236,21 @@ class Recording:
             f'</div>')
 
   def stepper(self, max_frames: int = 60):
-    """A widget stepping through the binds. Every frame is rendered up front
-    and the slider is linked in the browser, so it works without a kernel."""
+    """A widget stepping through the binds: pick one in the list to see the
+    stack at that moment. Every frame is rendered up front and the list is
+    linked to the frames in the browser, so it works without a kernel."""
     import ipywidgets as w
     n = min(len(self.events), max_frames)
     if n == 0:
       return w.HTML("<i>no binds were recorded</i>")
-    frames = [w.HTML(self.frame_html(i)) for i in range(n)]
-    stack = w.Stack(frames, selected_index=0)
-    slider = w.IntSlider(value=0, min=0, max=n - 1, description="step",
-                         readout=False, continuous_update=True)
-    play = w.Play(value=0, min=0, max=n - 1, interval=900, description="play")
-    w.jslink((play, "value"), (slider, "value"))
-    w.jslink((slider, "value"), (stack, "selected_index"))
-    note = w.HTML(f"<small>{n} of {len(self.events)} binds</small>")
-    return w.VBox([w.HBox([play, slider, note]), stack])
+    frames = w.Stack([w.HTML(self.frame_html(i, context=0)) for i in range(n)], selected_index=0)
+    steps = w.Select(options=[f"{i + 1:3d} {_event_line(e)}" for i, e in enumerate(self.events[:n])],
+                     index=0, rows=min(n, 12), description="bind",
+                     layout=w.Layout(width="100%"))
+    w.jslink((steps, "index"), (frames, "selected_index"))
+    note = w.HTML(f"<small>{n} of {len(self.events)} binds; pick one to see "
+                  "the interpreter stack as it is handled</small>")
+    return w.VBox([note, steps, frames])
 
 
 def _event_line(e: core.BindEvent) -> str:
