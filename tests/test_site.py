@@ -271,3 +271,23 @@ def test_navigation_follows_the_table_of_contents(build):
     assert m, f"{here} has no 'next' link"
     assert (HTML / here).parent.joinpath(m.group(1)).resolve() == (HTML / there).resolve(), \
         f"{here}: next is {m.group(1)}, expected {there}"
+
+
+@pytest.mark.parametrize("rel", ["book/part2_jaxprs.html", "book/part4_autodiff.html",
+                                 "book/jaxpr_language.html"])
+def test_explorers_switch_panes_without_a_kernel(build, browser, rel):
+  """viz.explorer links its dropdown to its panes in the browser: picking
+  another example shows another pane, with no kernel running."""
+  if not WIDGET_JS.is_file():
+    _skip_or_fail("widget JavaScript not fetched (scripts/fetch_widget_js.sh needs npm)")
+  p = _page(build, browser, rel)
+  page = p.page
+  pick = page.locator(".widget-dropdown select").first
+  pick.wait_for(state="visible", timeout=30_000)
+  pane = """() => document.querySelector('.widget-dropdown').closest('.widget-vbox')
+      .querySelector('.widget-box, .widget-container:not(.widget-dropdown)').innerText"""
+  before = page.evaluate(pane)
+  pick.select_option(index=1)
+  page.wait_for_function(f"b => ({pane})() != b", arg=before, timeout=20_000)
+  assert p.problems == []
+  page.close()
