@@ -121,13 +121,7 @@ def ad_programs(draw, n_inputs=(1, 3), n_ops=(1, 5), max_in_size=MAX_SIZE, f32=T
 
 
 def describe(program):
-  lines = [f"inputs: {list(program.in_shapes)}"]
-  n = len(program.in_shapes)
-  for k, (name, args, params) in enumerate(program.ops):
-    operands = ", ".join(repr(a) if isinstance(a, Const) else f"v{a}" for a in args)
-    lines.append(f"  v{n + k} = {name}({operands}) {params or ''}")
-  lines.append(f"  return {', '.join(f'v{i}' for i in program.outs)}")
-  return "\n".join(lines)
+  return str(program)   # Program.__str__ (test_programs) lists the ops
 
 
 def pack(xs):
