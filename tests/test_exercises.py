@@ -14,6 +14,7 @@ solutions and one grader run per part over a folder of submissions.
 """
 import copy
 import csv
+import json
 import hashlib
 import os
 import subprocess
@@ -39,56 +40,11 @@ EXERCISES = PARTS["part1"]
 
 # A plausible mistake per exercise: (text in the solution, replacement).
 # Each must fail its check with an AssertionError, not a crash.
-MISTAKES = {
-    "1.1": ("if val._trace.main is trace.main:", "if val._trace is trace:"),
-    "1.2": ("lax.sub(1., lax.mul(y, y))", "lax.add(1., lax.mul(y, y))"),
-    "1.3": ("keys = tuple(sorted(x))", "keys = tuple(x)"),
-    "1.4": ("perm.insert(dst, src)", "perm = list(range(np.ndim(x))); "
-            "perm[src], perm[dst] = perm[dst], perm[src]"),
-    "1.5": ("return lax.reduce_sum(x, x_axes), out_bdim", "return lax.reduce_sum(x, axes), x_bdim"),
-    "1.6": ("adx.vmap(pushfwd, out_axes=-1)", "adx.vmap(pushfwd, out_axes=0)"),
-    # Part 2
-    "2.1": ("return ShapedArray(shape, x.dtype, x.weak_type)", "return ShapedArray(shape, x.dtype)"),
-    "2.2": ("if x not in env:", "if x is None:"),
-    "2.3": ("outs = core.bind(eqn.primitive, *vals_in, **eqn.params)",
-            "outs = [core.impl_rules[eqn.primitive](*vals_in, **eqn.params)]"),
-    "2.4": ("tracer = self.const_tracers.get(id(val))", "tracer = None"),
-    "2.5": ("s = letters[n % 26] + s", "s = letters[n % 26 - 1] + s"),
-    "2.6": ("Lit(1.)]", "Lit(np.float64(1.))]"),
-    # Part 3
-    "3.1": ("y = ctx.convert(y, y_aval, out.dtype)", "y = y"),
-    "3.2": ("init = -np.inf", "init = np.finfo(dtype).min"),
-    "3.3": ("a.shape[:d] + (axis_size,) + a.shape[d:]", "(axis_size,) + a.shape"),
-    "3.4": ("avals = tuple(core.raise_to_shaped(core.get_aval(x)) for x in leaves)",
-            "avals = tuple((np.shape(x), np.result_type(x)) for x in leaves)"),
-    "3.5": ("runtime.device_put(np.asarray(x, aval.dtype), platform)",
-            "runtime.device_put(np.asarray(x), platform)"),
-    # Part 4
-    "4.1": ("[lax.reduce_sum(ct, axes)]", "[lax.reduce_sum(ct, None)]"),
-    "4.2": ("return [unbroadcast(lax.mul(ct, y), x), None]", "return [lax.mul(ct, y), None]"),
-    "4.3": ("ConstRecipe(tracer.pval.const))", "ConstRecipe(tracer))"),
-    "4.4": ("if type(x) is Var and not unknown[x] and x not in residuals:",
-            "if type(x) is Var and not unknown[x]:"),
-    "4.5": ("ct_env[x] = add_tangents(ct_env[x], ct) if x in ct_env else ct", "ct_env[x] = ct"),
-    "4.6": ("return grads[0] if isinstance(argnums, int) else tuple(grads)", "return tuple(grads)"),
-    "4.7": ("  env = dict(zip(jaxpr.invars, args))   # every primal value, computed once",
-            "  return naive_grad(jaxpr, args)"),
-    # Defining a new primitive
-    "P.1": ("return m + np.log1p(np.exp(-np.abs(np.subtract(x, y))))",
-            "return np.log(np.exp(x) + np.exp(y))"),
-    "P.2": ("if x.shape != y.shape:", "if x.ndim != y.ndim:"),
-    "P.3": ("stablehlo.log_plus_one {e}", "stablehlo.log {e}"),
-    "P.4": ("wy = lax.exp(lax.sub(y, out))", "wy = lax.exp(lax.sub(x, out))"),
-    "P.5": ("ct_yt = lax.mul(wy, ct)", "ct_yt = lax.mul(wx, ct)"),
-    "P.6": ("return logaddexp(x, y), 0", "return logaddexp(x, y), dims_in[0]"),
-    # The jaxpr language: control flow
-    "C.1": ("return outs[:n], outs[n:]", "return outs[:n], outs[:n]"),
-    "C.2": ("outs.append(select_n(which, *cases))", "outs.append(select_n(which, *cases[::-1]))"),
-    "C.3": ("return lax.less(i, hi)", "return lax.less_equal(i, hi)"),
-    "C.4": ("[ShapedArray((length, *y.shape), y.dtype)", "[ShapedArray(y.shape, y.dtype)"),
-    "C.5": ("return 2 * int(", "return 1 * int("),
-    "C.6": ("c_answer = [4.5, 4., 2.]", "c_answer = [2., 4., 4.5]"),
-}
+# Plausible mistakes per exercise, one JSON file per chapter:
+# {exercise: [[text in the solution, replacement], ...]}. Each must fail its
+# check (in the notebook and under the grader), never crash the tooling.
+MISTAKES = {ex: pairs for path in sorted((ROOT / "tests" / "fixtures" / "mistakes").glob("*.json"))
+            for ex, pairs in json.loads(path.read_text()).items()}
 
 
 def stub_path(part: str) -> Path:
@@ -125,13 +81,14 @@ def finish(proc) -> subprocess.CompletedProcess:
   return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
-def with_mistakes(nb, exercises):
-  """A copy of the solutions notebook with the MISTAKES of `exercises` made."""
+def with_mistakes(nb, exercises, which=0):
+  """A copy of the solutions notebook with mistake number `which` of each of
+  `exercises` made (exercises with fewer mistakes are left right)."""
   nb = copy.deepcopy(nb)
   for cell in nb.cells:
     ex = cell.metadata.get("exercise")
-    if cell.metadata.get("role") == "solution" and ex in exercises:
-      old, new = MISTAKES[ex]
+    if cell.metadata.get("role") == "solution" and ex in exercises and which < len(MISTAKES[ex]):
+      old, new = MISTAKES[ex][which]
       assert old in cell.source, f"MISTAKES[{ex!r}] no longer matches the solution"
       cell.source = cell.source.replace(old, new)
   return nb

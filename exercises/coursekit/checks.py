@@ -1,111 +1,127 @@
-"""Helpers for the exercise notebooks' check cells.
+"""The exercise notebooks' check cells, and helpers for the probes.
 
-A check cell builds a `Checker`, runs its cases through it (each one raises
-AssertionError at the first wrong answer, so the cell fails), and ends with
-`done()`, which prints one deterministic summary line. The stub notebooks
-store that line as the expected output, and nbval compares it.
+A check cell is one line, `checks.check("1.2", globals())`. It runs the
+exercise's probe (`coursekit/probes/<part>.py`, where you can read exactly
+what it tests) on your answers at seed 0, and compares its records with the
+reference solution's, stored beside the stubs by `make exercises`. It prints
+one summary line when everything matches (the stub stores that line as the
+expected output, which nbval compares), and otherwise raises an error that
+says which case differs and how.
+
+The grader runs the same probe in a sandbox at a seed of its own, against a
+library without the exercise's answers, and compares outside (`coursekit.grade`).
 """
 from __future__ import annotations
 
+import hashlib
+import importlib
+import json
 import os
-from contextlib import contextmanager
+import pkgutil
+import sys
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
 
 import numpy as np
 
+from . import probe as probes
+
+EXPECTED = Path(__file__).resolve().parent / "expected"
+
 
 def setup():
-  """Configure the kernel for checking: JAX on CPU in float64, quiet.
-
-  JAX initializes its backend here, so any log line it prints lands in the
-  setup cell rather than in a check cell whose output is compared.
-  """
+  """Configure the notebook: NumPy prints compactly."""
   os.environ.setdefault("JAX_PLATFORMS", "cpu")
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-  import jax
-  jax.config.update("jax_enable_x64", True)
-  jax.config.update("jax_pprint_use_color", False)   # plain text, to compare jaxprs
-  jax.numpy.zeros(()).block_until_ready()
   np.set_printoptions(precision=6, suppress=True)
 
 
-class Checker:
-  """Counts passed checks for one exercise; fails loudly on the first wrong one."""
+# --- The check cells ------------------------------------------------------------------------
 
-  def __init__(self, exercise: str, title: str):
-    self.exercise, self.title, self.count = exercise, title, 0
-
-  def fail(self, msg: str):
-    raise AssertionError(f"Exercise {self.exercise} ({self.title}): {msg}")
-
-  def __call__(self, ok, msg: str):
-    """Check that `ok` is true; `msg` says what was expected."""
-    if not ok:
-      self.fail(msg)
-    self.count += 1
-
-  def close(self, got, want, what: str, rtol=1e-10, atol=1e-12):
-    """Check that the array `got` has `want`'s shape and (nearly) its values."""
-    if type(got).__name__.endswith("Tracer"):
-      self.fail(f"{what}: got a tracer {got!r}, expected a concrete array")
-    if hasattr(got, "aval") and not hasattr(got, "__array__"):   # e.g. a Zero
-      self.fail(f"{what}: got {got!r}, expected an array")
-    got, want = np.asarray(got), np.asarray(want)
-    if got.shape != want.shape:
-      self.fail(f"{what}: expected shape {want.shape}, got shape {got.shape}")
-    if not np.allclose(got, want, rtol=rtol, atol=atol):
-      err = np.max(np.abs(got - want))
-      self.fail(f"{what}: values differ (max abs error {err:.3g})\n"
-                f"expected:\n{want}\ngot:\n{got}")
-    self.count += 1
-
-  def raises(self, exc_type, fn, what: str):
-    """Check that `fn()` raises `exc_type`."""
-    try:
-      fn()
-    except exc_type:
-      self.count += 1
-      return
-    except Exception as e:  # noqa: BLE001 (the learner's code may raise anything)
-      self.fail(f"{what}: expected {exc_type.__name__}, got "
-                f"{type(e).__name__}: {e}")
-    self.fail(f"{what}: expected {exc_type.__name__}, but nothing was raised")
-
-  def call(self, what: str, fn, *args, **kwargs):
-    """`fn(*args, **kwargs)`, failing with `what` if it raises (except
-    NotImplementedError, which says the exercise isn't done yet)."""
-    try:
-      return fn(*args, **kwargs)
-    except NotImplementedError:
-      raise
-    except Exception as e:  # noqa: BLE001
-      self.fail(f"{what} raised {type(e).__name__}: {e}")
-
-  def done(self):
-    print(f"Exercise {self.exercise} ({self.title}): all {self.count} checks passed")
+def part_of(exercise: str) -> str:
+  """The chapter whose probes define `exercise`."""
+  from . import probes as pkg
+  for info in pkgutil.iter_modules(pkg.__path__):
+    importlib.import_module(f"{pkg.__name__}.{info.name}")
+    for ex, spec in probes.REGISTRY.items():
+      if ex == exercise and spec.fn.__module__.endswith(f".{info.name}"):
+        return info.name
+  raise KeyError(f"no probe for exercise {exercise!r}")
 
 
-# --- Numerical references ------------------------------------------------------------
+def _refuse(exercise, target):
+  def refuse(*args, **kwargs):
+    raise AssertionError(f"Exercise {exercise}: write this yourself rather than calling "
+                         f"the library's own `{target}`")
+  return refuse
+
+
+@contextmanager
+def installed(spec, namespace):
+  """While the probe runs in a notebook, each library function the exercise asks for is
+  the learner's answer (or refuses to run): as in the grader's learner edition."""
+  with ExitStack() as stack:
+    for target, name in spec.removes.items():
+      module, _, qualname = target.partition(":")
+      owner = importlib.import_module(module)
+      *path, attr = qualname.split(".")
+      for p in path:
+        owner = getattr(owner, p)
+      value = namespace.get(name) if name else None
+      if value is None:
+        value = _refuse(spec.exercise, qualname)
+      old = getattr(owner, attr)
+      stack.enter_context(patched(owner, attr, value))
+      for mod in [m for n, m in list(sys.modules.items()) if n.startswith("autodidax")]:
+        for alias in [k for k, v in vars(mod).items() if v is old]:   # re-exports too
+          stack.enter_context(patched(mod, alias, value))
+    yield
+
+
+def summary(exercise: str, count: int) -> str:
+  return f"Exercise {exercise}: all {count} checks passed"
+
+
+def hide(record: dict) -> dict:
+  """A record whose value is only a hash (answers to questions stay secret in the stub)."""
+  return dict(record, value={"k": "hash", "sha": digest(record["value"])})
+
+
+def digest(value) -> str:
+  return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
+
+
+def check(exercise: str, namespace: dict):
+  """Run `exercise`'s probe on the answers in `namespace` and compare with the reference."""
+  part = part_of(exercise)
+  spec = probes.spec(part, exercise)
+  with installed(spec, namespace):
+    records = probes.run(spec, namespace, seed=0)
+  record_to = os.environ.get("COURSEKIT_RECORD")
+  if record_to:   # `make exercises`, running the reference solution: store, don't compare
+    path = Path(record_to) / f"{part}.json"
+    stored = json.loads(path.read_text()) if path.exists() else {}
+    stored[exercise] = [hide(r) if r.get("secret") else r for r in records]
+    path.write_text(json.dumps(stored, indent=1, sort_keys=True) + "\n")
+    print(summary(exercise, len(records)))
+    return
+  expected = json.loads((EXPECTED / f"{part}.json").read_text())[exercise]
+  v = probes.compare(records, expected)
+  if v.passed:
+    print(summary(exercise, v.count))
+  elif v.todo:
+    raise NotImplementedError(f"Exercise {exercise} is not done yet: {v.message}")
+  else:
+    raise AssertionError(f"Exercise {exercise}: {v.label}: {v.message}")
+
+
+# --- Helpers for the probes --------------------------------------------------------------------
 
 def fd_jvp(f, x, t, eps=1e-6):
   """Central finite difference of `f` at `x` along `t` (error ~eps**2)."""
   x, t = np.asarray(x, np.float64), np.asarray(t, np.float64)
   return (f(x + eps * t) - f(x - eps * t)) / (2 * eps)
 
-
-def same_tree(a, b) -> bool:
-  """Are `a` and `b` the same nest of tuples/lists/dicts/None with equal leaves?"""
-  if type(a) is not type(b):
-    return False
-  if type(a) in (tuple, list):
-    return len(a) == len(b) and all(same_tree(x, y) for x, y in zip(a, b))
-  if type(a) is dict:
-    return set(a) == set(b) and all(same_tree(a[k], b[k]) for k in a)
-  if a is None:
-    return True
-  return a is b or bool(np.all(np.asarray(a) == np.asarray(b)))
-
-
-# --- Installing and forbidding functions ------------------------------------------------
 
 @contextmanager
 def patched(obj, name: str, value):
@@ -116,30 +132,6 @@ def patched(obj, name: str, value):
     yield value
   finally:
     setattr(obj, name, old)
-
-
-@contextmanager
-def forbidden(exercise: str, *targets):
-  """Make each `(obj, name)` in `targets` raise if called inside the block.
-
-  Used so that an exercise can't be solved by calling the reference library's
-  own version of what it asks for.
-  """
-  def make(name):
-    def refuse(*args, **kwargs):
-      raise AssertionError(
-          f"Exercise {exercise}: write this yourself rather than calling "
-          f"autodidax's own `{name}`")
-    return refuse
-
-  olds = [getattr(obj, name) for obj, name in targets]
-  for obj, name in targets:
-    setattr(obj, name, make(name))
-  try:
-    yield
-  finally:
-    for (obj, name), old in zip(targets, olds):
-      setattr(obj, name, old)
 
 
 @contextmanager

@@ -1,36 +1,31 @@
 """Grade submitted exercise notebooks.
 
-    python -m coursekit.grade SUBMISSIONS [--out DIR] [--jobs N] [--part NAME]
-                              [--timeout S] [--total-timeout S] [--memory MIB]
-    autodidax-grade SUBMISSIONS ...          (the same, as a console command)
+    python -m coursekit.grade SUBMISSIONS [--out DIR] [--jobs N] [--part NAME] [--seed N]
+                              [--timeout S] [--memory MIB] [--no-sandbox]
     make grade SUBMISSIONS=dir-or-zip [GRADES=outdir]
 
-SUBMISSIONS is a folder or a .zip of `.ipynb` files (or one notebook), any number per student,
-for any chapter. Writes `grades.csv` and `grades.html` into `--out`, shows a
-progress bar, prints a table per chapter and a one-line summary.
+SUBMISSIONS is a folder or a .zip of notebooks (`.ipynb`, any case), any number per student,
+for any chapter. Writes `grades.csv` and `grades.html` into `--out` (default `grades/`).
 
-Who: a notebook's `coursekit.student` metadata if it has one; else, for a
-file in a subfolder, the subfolder's name (one folder per student, as LMS
-exports do; a single folder around everything is ignored); else the file
-name without `.ipynb` and without trailing tokens `part<N>`, `v<N>`, `<N>`,
-`final`, `submission` or `copy` joined by `_`, `-`, `.` or a space:
-`alice.ipynb`, `alice_part2.ipynb`, `alice-v2.ipynb`, `alice_part1_final.ipynb`
-are all alice's; `mary-jane.ipynb` is mary-jane's.
+How a notebook is graded (the instructor guide has the threat model):
 
-Which chapter: the notebook's cells decide. Each stub `exercises/<part>.ipynb`
-is scored by the exercise cell ids (and exercise numbers) it shares with the
-submission; the `coursekit.part` metadata wins unless another stub matches
-strictly better (then the notebook is graded as that part, with a note).
-`--part` forces one.
+1. Its chapter comes from its cells (ids, exercise metadata, the names it
+   defines) and its metadata; `--part` forces one. Its student comes from its
+   `coursekit.student` metadata, its subfolder, or its file name.
+2. Its code is rebuilt around the stub: the stub's setup and given cells are
+   the grader's own; check cells are dropped (they are the learner's feedback,
+   not the grade).
+3. For each exercise, the code runs in a fresh bubblewrap sandbox
+   (`coursekit.sandbox`) against the learner edition of the library, in which
+   that exercise's answers are absent (`coursekit.edition`), and then the
+   exercise's probe (`coursekit.probe`) runs the learner's answers on inputs
+   drawn from this run's seed. The records come out of the sandbox.
+4. Outside, they are compared with the reference solution's records for the
+   same seed, computed the same way in a sandbox of their own and cached.
 
-How (see book/instructors.md): the notebook is rebuilt from the stub: every
-stub code cell that is not a solution (setup, given code, check cells) is
-taken from the stub, by cell id, wherever the learner put, edited or deleted
-it; the learner's solution cells and own cells are kept. It runs in a fresh
-kernel, in a temporary folder, under resource limits (`coursekit.sandbox`),
-with a guard against tampering (`coursekit.guard`). An exercise passes when
-its check cell runs without error and prints exactly the stub's stored
-output. Submissions are only read, never written.
+So whatever the notebook does inside its sandbox, it can only change its own
+records. Submissions are only read, never written, and nothing the sandboxes
+run can see them, the output folder or the course.
 """
 from __future__ import annotations
 
@@ -41,9 +36,11 @@ import hashlib
 import json
 import os
 import re
+import secrets
 import shutil
 import sys
 import tempfile
+import threading
 import time
 import warnings
 import zipfile
@@ -53,11 +50,19 @@ from pathlib import Path, PurePosixPath
 
 import nbformat
 
+from . import probe as probes
+from . import similarity
+from .edition import LIB, build as build_edition, fingerprint
+from .flags import scan
 from .report import FIELDS  # noqa: F401 (the columns of grades.csv)
-from .stubs import EXERCISES
+from .sandbox import MODE_TEXT, Limits, Sandbox, SandboxUnavailable
+from .stubs import EXERCISES, SOURCE, read_source
 
 REASON_LIMIT = 300
-MAX_OUTPUT = 20_000          # characters of each cell's output kept by the grader
+MAX_FILE = 16 << 20          # largest notebook read, bytes
+MAX_TOTAL = 1 << 30          # all notebooks of one zip or folder, bytes
+KIT = Path(__file__).resolve().parent
+KIT_FILES = ("__init__.py", "probe.py", "runner.py", "checks.py")   # what a sandbox sees
 
 
 # --- Finding the submissions and their students ---------------------------------------------
@@ -67,38 +72,67 @@ class Submission:
   label: str                 # path inside the folder or zip, posix
   data: bytes
   folder: str | None = None  # the per-student subfolder, if any
+  problem: str = ""          # why it can't be read, if it can't
+
+
+def _is_notebook(name: str) -> bool:
+  return name.lower().endswith(".ipynb")
 
 
 def collect(src: Path) -> list[Submission]:
-  """Every .ipynb under `src` (a folder or a .zip), sorted by path."""
-  found: dict[str, bytes] = {}
+  """Every notebook under `src` (a folder or a .zip), sorted by path. Too-large files
+  become submissions with a `problem`; nothing is extracted to disk."""
+  found: dict[str, tuple[bytes, str]] = {}
   skip = lambda parts: any(p.startswith(".") or p == "__MACOSX" for p in parts)
+  total = 0
+
+  def add(label, size, read):
+    nonlocal total
+    n, base = 2, label
+    while label in found:   # the same name twice in a zip: keep both
+      stem = base[:-len(".ipynb")]
+      label = f"{stem} (copy {n}){base[-len('.ipynb'):]}"
+      n += 1
+    if size > MAX_FILE:
+      found[label] = (b"", f"the file is {size / 2**20:.0f} MiB: over the {MAX_FILE >> 20} MiB "
+                           "limit for a notebook")
+    elif total + size > MAX_TOTAL:
+      found[label] = (b"", "not read: the submissions exceed the grader's total size limit")
+    else:
+      data = read()
+      total += len(data)
+      found[label] = (data, "" if len(data) <= MAX_FILE else "the file grew while being read")
+
   if src.is_file() and zipfile.is_zipfile(src):
     with zipfile.ZipFile(src) as z:
       for info in z.infolist():
         parts = PurePosixPath(info.filename).parts
-        if info.is_dir() or not info.filename.endswith(".ipynb") or skip(parts) or ".." in parts:
+        if info.is_dir() or not _is_notebook(info.filename) or skip(parts) or ".." in parts:
           continue
-        found["/".join(parts)] = z.read(info)   # read in memory: nothing is extracted
-  elif src.is_file() and src.suffix == ".ipynb":   # a single notebook
-    found[src.name] = src.read_bytes()
+        def read(info=info):   # at most MAX_FILE + 1 bytes, whatever the header claims
+          with z.open(info) as f:
+            return f.read(MAX_FILE + 1)
+        add("/".join(parts), info.file_size, read)
+  elif src.is_file() and _is_notebook(src.name):
+    add(src.name, src.stat().st_size, src.read_bytes)
   elif src.is_dir():
-    for path in src.rglob("*.ipynb"):
+    for path in sorted(src.rglob("*")):
       rel = path.relative_to(src)
-      if path.is_file() and not skip(rel.parts):
-        found[rel.as_posix()] = path.read_bytes()
+      if path.is_file() and not path.is_symlink() and _is_notebook(path.name) \
+          and not skip(rel.parts):
+        add(rel.as_posix(), path.stat().st_size, path.read_bytes)
   else:
-    raise FileNotFoundError(f"{src} is neither a folder nor a .zip file")
+    raise FileNotFoundError(f"{src} is neither a folder, a .zip file nor a notebook")
   labels = sorted(found)
-  # A single folder around everything (a zipped folder) says nothing: drop it.
   parts = [PurePosixPath(l).parts for l in labels]
-  depth = 0
+  depth = 0   # a single folder around everything (a zipped folder) says nothing: drop it
   while parts and all(len(p) > depth + 1 for p in parts) and len({p[depth] for p in parts}) == 1:
     depth += 1
   subs = []
   for label, p in zip(labels, parts):
     rest = p[depth:]
-    subs.append(Submission(label, found[label], rest[0] if len(rest) > 1 else None))
+    data, problem = found[label]
+    subs.append(Submission(label, data, rest[0] if len(rest) > 1 else None, problem))
   return subs
 
 
@@ -106,13 +140,14 @@ SUFFIX = re.compile(r"[-_. ]+(part\d+|p\d+|v\d+|\d+|final|submission|copy)$", re
 
 
 def student_of(sub: Submission, nb) -> str:
-  meta = (nb or {}).get("metadata", {}).get("coursekit", {}) if isinstance(nb, dict) else {}
+  meta = nb.get("metadata", {}).get("coursekit", {}) if isinstance(nb, dict) else {}
   who = meta.get("student") if isinstance(meta, dict) else None
   if isinstance(who, str) and who.strip():
     return clean(who, 64)
   if sub.folder:
     return sub.folder
-  stem = PurePosixPath(sub.label).name[:-len(".ipynb")]
+  stem = re.sub(r"\.ipynb$", "", PurePosixPath(sub.label).name, flags=re.I)
+  stem = re.sub(r" \(copy \d+\)$", "", stem)
   name = stem
   while (shorter := SUFFIX.sub("", name)) != name and shorter:
     name = shorter
@@ -121,12 +156,17 @@ def student_of(sub: Submission, nb) -> str:
 
 # --- The stubs ---------------------------------------------------------------------------------
 
+def role(cell) -> str | None:
+  meta = cell.get("metadata", {})
+  return meta.get("role") if isinstance(meta, dict) else None
+
+
 def is_check(cell) -> bool:
-  return cell.get("metadata", {}).get("role") == "check"
+  return role(cell) == "check"
 
 
 def is_solution(cell) -> bool:
-  return cell.get("metadata", {}).get("role") == "solution"
+  return role(cell) == "solution"
 
 
 @dataclass
@@ -138,6 +178,7 @@ class Stub:
   points: dict = field(default_factory=dict)
   solution_ids: dict = field(default_factory=dict)  # exercise -> [cell ids]
   exercise_ids: set = field(default_factory=set)    # ids of statement/solution/check cells
+  answers: set = field(default_factory=set)         # names the probes take from a notebook
 
 
 def load_stubs(folder: Path = EXERCISES) -> dict[str, Stub]:
@@ -146,20 +187,46 @@ def load_stubs(folder: Path = EXERCISES) -> dict[str, Stub]:
     nb = nbformat.read(path, as_version=4)
     stub = Stub(path.stem, nb)
     for cell in nb.cells:
-      ex, role = cell.metadata.get("exercise"), cell.metadata.get("role")
+      ex, r = cell.metadata.get("exercise"), cell.metadata.get("role")
       if ex is None:
         continue
       ex = str(ex)
       stub.exercise_ids.add(cell.id)
-      if role == "statement":
+      if r == "statement":
         stub.titles[ex] = cell.metadata.get("title", "")
-      elif role == "solution":
+      elif r == "solution":
         stub.solution_ids.setdefault(ex, []).append(cell.id)
-      elif role == "check":
+      elif r == "check":
         stub.exercises.append(ex)
         stub.points[ex] = float(cell.metadata.get("points", 1))
+    try:
+      for ex in stub.exercises:
+        stub.answers |= set(probes.spec(stub.part, ex).answers)
+    except (ImportError, KeyError) as e:
+      warnings.warn(f"{path.name}: no probe for an exercise ({e}); its chapter is not graded")
+      continue
     stubs[stub.part] = stub
   return stubs
+
+
+def defined_names(nb) -> set[str]:
+  """Top-level names that a notebook's code cells define (functions, classes, variables)."""
+  from .runner import neutralize
+  names = set()
+  for c in nb.get("cells", []):
+    if c.get("cell_type") != "code":
+      continue
+    try:
+      tree = ast.parse(neutralize(c.get("source", "")))
+    except (SyntaxError, ValueError):
+      continue
+    for node in tree.body:
+      if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        names.add(node.name)
+      elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+        for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
+          names |= {n.id for n in ast.walk(t) if isinstance(n, ast.Name)}
+  return names
 
 
 def match_part(nb, stubs: dict[str, Stub], forced: str | None) -> tuple[str | None, str]:
@@ -168,21 +235,23 @@ def match_part(nb, stubs: dict[str, Stub], forced: str | None) -> tuple[str | No
     return forced, ""
   meta = nb.get("metadata", {}).get("coursekit", {})
   claimed = meta.get("part") if isinstance(meta, dict) else None
+  if not isinstance(claimed, str):
+    claimed = None
   ids = {c.get("id") for c in nb.cells}
   exs = {str(c.get("metadata", {}).get("exercise")) for c in nb.cells
-         if c.get("metadata", {}).get("exercise") is not None}
-  scores = {p: len(ids & s.exercise_ids) + len(exs & set(s.exercises)) for p, s in stubs.items()}
+         if isinstance(c.get("metadata"), dict) and c["metadata"].get("exercise") is not None}
+  names = defined_names(nb)
+  scores = {p: len(ids & s.exercise_ids) + len(exs & set(s.exercises)) + len(names & s.answers)
+            for p, s in stubs.items()}
   best = max(sorted(scores), key=lambda p: scores[p], default=None)
   if claimed in stubs and scores[claimed] >= scores.get(best, 0):
     return claimed, ""
   if best is not None and scores[best] > 0:
     if claimed:
       return best, f"graded as {best}: its metadata says {claimed}, but its cells are {best}'s"
-    return best, f"graded as {best}: no chapter metadata; its cells are {best}'s"
-  return None, (f"can't tell which chapter this is: its metadata says {claimed!r} and no cell "
-                f"matches a stub" if claimed else
-                "can't tell which chapter this is: no coursekit.part metadata and no cell id "
-                "of any chapter's stub")
+    return best, f"graded as {best}: no chapter metadata; its cells and names are {best}'s"
+  return None, ("can't tell which chapter this is: it has none of any chapter's cell ids or "
+                "answer names (pass --part, or start from the chapter's stub notebook)")
 
 
 # --- Rebuilding the notebook from the stub -------------------------------------------------------
@@ -212,7 +281,7 @@ def graft(submission, canonical):
     if cid in canon_ids:
       return cid
     if is_solution(cell):
-      ids = sol_by_ex.get(str(cell.metadata.get("exercise")))
+      ids = sol_by_ex.get(str(cell.get("metadata", {}).get("exercise")))
       return ids[-1] if ids else cid
     return cid
 
@@ -243,63 +312,36 @@ def graft(submission, canonical):
   return nb
 
 
-# --- Flagging suspicious code ------------------------------------------------------------------
-
-GUARDED = {"checks", "coursekit", "np", "numpy", "jax", "jnp", "builtins", "sys", "math",
-           "IPython", "ipykernel", "testing", "Checker", "__builtins__"}
-RISKY_IMPORTS = {"ctypes", "gc", "importlib", "builtins", "coursekit.guard", "signal"}
-RISKY_CALLS = {"exec", "eval", "compile", "__import__", "get_ipython", "globals", "setattr",
-               "delattr"}
-RISKY_ATTRS = {("sys", "modules"), ("sys", "settrace"), ("sys", "setprofile"),
-               ("gc", "get_objects"), ("gc", "get_referrers"), ("coursekit", "guard"),
-               ("sys", "stdout"), ("sys", "stderr")}
-
-
-def _root(node):
-  while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
-    node = node.value if not isinstance(node, ast.Call) else node.func
-  return node.id if isinstance(node, ast.Name) else None
-
-
-def scan(source: str) -> list[str]:
-  """What in a learner's cell could tamper with the checks (for a human to review)."""
-  lines = [("pass" if l.lstrip().startswith(("%", "!")) else l) for l in source.splitlines()]
-  found = set()
-  if any(l.lstrip().startswith("!") for l in source.splitlines()):
-    found.add("runs a shell command")
-  try:
-    tree = ast.parse("\n".join(lines))
-  except SyntaxError:
-    return sorted(found)
-  for node in ast.walk(tree):
-    targets = []
-    if isinstance(node, (ast.Assign, ast.Delete)):
-      targets = node.targets
-    elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
-      targets = [node.target]
-    for t in targets:
-      if isinstance(t, (ast.Attribute, ast.Subscript)) and _root(t) in GUARDED:
-        found.add(f"assigns {ast.unparse(t)}")
-    if isinstance(node, (ast.Global,)) and GUARDED & set(node.names):
-      found.add(f"rebinds {', '.join(sorted(GUARDED & set(node.names)))}")
-    if isinstance(node, (ast.Import, ast.ImportFrom)):
-      mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
-      for m in mods:
-        if m in RISKY_IMPORTS or m.split(".")[0] in RISKY_IMPORTS:
-          found.add(f"imports {m}")
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in RISKY_CALLS:
-      if node.func.id in ("setattr", "delattr"):
-        if node.args and _root(node.args[0]) in GUARDED:
-          found.add(f"calls {node.func.id} on {ast.unparse(node.args[0])}")
-      else:
-        found.add(f"calls {node.func.id}()")
-    if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
-        and (node.value.id, node.attr) in RISKY_ATTRS):
-      found.add(f"uses {node.value.id}.{node.attr}")
-  return sorted(found)
+def program(nb, stub: Stub) -> list[dict]:
+  """The code a sandbox runs for `nb`: [{"kind", "source", "exercise", "id"}], in order.
+  kind: "stub" (the grader's setup and given code) or "learner"."""
+  grafted = graft(nb, stub.nb)
+  canon = {c.id for c in canonical_cells(stub.nb)}
+  sol_ids = {cid: ex for ex, ids in stub.solution_ids.items() for cid in ids}
+  out = []
+  for c in grafted.cells:
+    if c.cell_type != "code" or is_check(c) or not isinstance(c.get("source"), str):
+      continue
+    cid = c.get("id")
+    kind = "stub" if cid in canon else "learner"
+    ex = sol_ids.get(cid) or (str(c.metadata.get("exercise")) if is_solution(c) else None)
+    out.append({"kind": kind, "source": c.source, "exercise": ex, "id": cid})
+  return out
 
 
-# --- Grading one submission -------------------------------------------------------------------
+def reference_program(part: str) -> list[dict]:
+  """The reference solution's code (the exercise source with its solutions)."""
+  nb = read_source(next(p for p in SOURCE.iterdir() if p.stem == part))
+  out = []
+  for c in nb.cells:
+    if c.cell_type == "code" and not is_check(c):
+      kind = "learner" if is_solution(c) else "stub"
+      out.append({"kind": kind, "source": c.source, "id": c.id,
+                  "exercise": str(c.metadata.get("exercise")) if is_solution(c) else None})
+  return out
+
+
+# --- Running probes in sandboxes -------------------------------------------------------------
 
 HEX = re.compile(r"0x[0-9a-fA-F]{6,}")
 
@@ -312,74 +354,107 @@ def clean(text, limit: int = REASON_LIMIT) -> str:
 
 @dataclass
 class Options:
-  timeout: float = 120          # seconds per cell
-  total_timeout: float = 600    # seconds per submission, kernel start included
-  memory_mib: int = 4096        # address space of the kernel
-  file_mib: int = 256           # largest file the kernel may write
-  max_output: int = MAX_OUTPUT
+  timeout: float = 60           # seconds per sandbox run (one exercise of one notebook)
+  memory_mib: int = 2048        # per sandbox
+  pids: int = 256               # processes and threads per sandbox
   part: str | None = None
+  seed: int = 0
+  sandbox: bool = True
 
 
-def kernel_env(workdir: Path) -> dict:
-  env = {k: v for k, v in os.environ.items()
-         if not k.startswith(("COURSEKIT_", "PYTEST_", "JPY_", "JUPYTER_"))}
-  tmp = workdir / "tmp"
-  tmp.mkdir()
-  env.update(JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3", PYTHONHASHSEED="0",
-             OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",
-             XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1",
-             MPLBACKEND="Agg", TMPDIR=str(tmp), IPYTHONDIR=str(workdir / ".ipython"),
-             PYDEVD_DISABLE_FILE_VALIDATION="1")
-  return env
+@dataclass
+class Outcome:
+  """What one sandbox run gave: the cells' statuses, the records, and how it ended."""
+  status: str                    # ok | timeout | killed | exited | error
+  cells: list = field(default_factory=list)
+  records: list | None = None
+  imports: list = field(default_factory=list)
+  why: str = ""
+  output_note: str = ""
 
 
-def rlimits(opts: Options) -> dict:
-  return {"AS": opts.memory_mib << 20, "CPU": int(opts.total_timeout) + 30,
-          "FSIZE": opts.file_mib << 20, "CORE": 0}
+class Workspace:
+  """The grader's own temporary folder: learner editions and the runner's files.
+  Sandboxes see only the edition of their exercise and the runner, read-only."""
+
+  def __init__(self, opts: Options, stubs: dict[str, Stub]):
+    self.opts = opts
+    self.root = Path(tempfile.mkdtemp(prefix="coursekit-grade-"))
+    self.kit = self.root / "kit"
+    (self.kit / "coursekit" / "probes").mkdir(parents=True)
+    for name in KIT_FILES:
+      shutil.copy2(KIT / name, self.kit / "coursekit" / name)
+    for path in (KIT / "probes").glob("*.py"):
+      shutil.copy2(path, self.kit / "coursekit" / "probes" / path.name)
+    self.editions: dict[tuple[str, str], Path] = {}
+    self.lock = threading.Lock()
+    limits = Limits(memory_mib=opts.memory_mib, pids=opts.pids, timeout=opts.timeout,
+                    cpu_seconds=int(opts.timeout) + 5)
+    self.sandbox = Sandbox(limits=limits, enabled=opts.sandbox, env={
+        "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "3", "OMP_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "MPLBACKEND": "Agg",
+        "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"})
+    self.stubs = stubs
+
+  def edition(self, part: str, exercise: str) -> Path:
+    """The folder holding `autodidax` without `exercise`'s answers (built once)."""
+    with self.lock:
+      if (part, exercise) not in self.editions:
+        spec = probes.spec(part, exercise)
+        dest = self.root / "editions" / part / exercise.replace(".", "_")
+        dest.mkdir(parents=True)
+        build_edition(dest, {t: (exercise, name) for t, name in spec.removes.items()})
+        self.editions[part, exercise] = dest
+      return self.editions[part, exercise]
+
+  def run(self, part: str, exercise: str, cells: list[dict], seed: int) -> Outcome:
+    edition = self.edition(part, exercise)
+    job = json.dumps({"part": part, "exercise": exercise, "seed": seed,
+                      "cells": [[c["kind"], c["source"]] for c in cells]}).encode()
+    command = [sys.executable, "-m", "coursekit.runner"]
+    if self.sandbox.enabled:
+      r = self.sandbox.run(command, job, binds={edition: "/course/lib", self.kit: "/course/kit"},
+                           env={"PYTHONPATH": "/course/lib:/course/kit"})
+    else:   # trusted: the same program, as a plain subprocess in a temporary folder
+      with tempfile.TemporaryDirectory(dir=self.root) as cwd:
+        r = self.sandbox.run(command, job, env={"PYTHONPATH": f"{edition}:{self.kit}"}, cwd=cwd)
+    return parse_outcome(r, self.opts)
+
+  def close(self):
+    shutil.rmtree(self.root, ignore_errors=True)
 
 
-def outputs_of(cell) -> list:
-  """A stored cell's outputs as the kernel driver reports them, for comparing."""
-  out = []
-  for o in cell.get("outputs", []):
-    if o.get("output_type") == "stream":
-      kind = f"stream:{o.get('name')}"
-      if out and out[-1][0] == kind:
-        out[-1] = (kind, out[-1][1] + o.get("text", ""))
-      else:
-        out.append((kind, o.get("text", "")))
-    elif o.get("output_type") in ("display_data", "execute_result"):
-      out.append((o["output_type"], str(o.get("data", {}).get("text/plain", ""))))
-  return [(k, t.rstrip()) for k, t in out]
-
-
-def grade_submission(sub: Submission, stubs: dict[str, Stub], opts: Options) -> list[dict]:
-  """The rows of grades.csv for one submission: never raises."""
+def parse_outcome(r, opts: Options) -> Outcome:
+  """Read the runner's result (JSON), untrusted: anything malformed is just a failure."""
+  out = Outcome(r.status)
   try:
-    nb = nbformat.reads(sub.data.decode("utf-8"), as_version=4)
-    if not isinstance(nb.get("cells"), list):
-      raise ValueError("no list of cells")
-    for c in nb.cells:
-      if not (isinstance(c, dict) and isinstance(c.get("source"), str) and "cell_type" in c):
-        raise ValueError("a cell is not a notebook cell")
-  except Exception as e:  # noqa: BLE001 (anything a broken file may raise)
-    reason = f"unreadable notebook: {type(e).__name__}: {e}"
-    if opts.part:
-      stub = stubs[opts.part]
-      return [row(sub, student_of(sub, None), stub.part, ex, "fail", reason,
-                  max_points=stub.points[ex]) for ex in stub.exercises]
-    return [row(sub, student_of(sub, None), "?", "*", "fail", reason)]
-  student = student_of(sub, nb)
-  part, note = match_part(nb, stubs, opts.part)
-  if part is None:
-    return [row(sub, student, "?", "*", "fail", note)]
-  stub = stubs[part]
-  try:
-    return _grade(sub, student, nb, stub, note, opts)
-  except Exception as e:  # noqa: BLE001 (a grader bug must not stop the batch)
-    return [row(sub, student, part, ex, "fail", f"grader error: {type(e).__name__}: {e}",
-                max_points=stub.points[ex]) for ex in stub.exercises]
+    data = json.loads(r.result.decode("utf-8", "replace")) if r.result else None
+  except (ValueError, RecursionError):
+    data = None
+  if isinstance(data, dict):
+    out.cells = data.get("cells") if isinstance(data.get("cells"), list) else []
+    out.records = data.get("records") if isinstance(data.get("records"), list) else None
+    imports = data.get("imports")
+    out.imports = [str(i) for i in imports][:20] if isinstance(imports, list) else []
+  if r.output_bytes > 64_000:
+    out.output_note = f"printed {r.output_bytes / 1e6:.1f} MB (kept the first 64 kB)"
+  if r.result_truncated:
+    out.records, out.why = None, "its result was larger than the grader accepts"
+  elif r.status == "timeout":
+    out.why = f"it ran past the time limit ({opts.timeout:g} s)"
+  elif r.status == "killed":
+    out.why = f"the sandbox was killed by {r.signal}"
+    if r.oom:
+      out.why += f" after it reached its memory limit ({opts.memory_mib} MiB)"
+  elif r.status == "exited" and out.records is None:
+    out.why = f"the program exited with status {r.returncode} before the check ran"
+    tail = r.output.strip().splitlines()[-1:] if r.output.strip() else []
+    if tail:
+      out.why += f" (last output: {clean(tail[0], 120)})"
+  return out
 
+
+# --- Grading -----------------------------------------------------------------------------------
 
 def row(sub, student, part, exercise, status, reason="", notes=(), max_points=0.0) -> dict:
   points = max_points if status == "pass" else 0.0
@@ -388,124 +463,171 @@ def row(sub, student, part, exercise, status, reason="", notes=(), max_points=0.
               notes=clean("; ".join(n for n in notes if n), 2 * REASON_LIMIT), submission=sub.label)
 
 
-def _grade(sub, student, nb, stub: Stub, part_note: str, opts: Options) -> list[dict]:
-  grafted = graft(nb, stub.nb)
-  canon = {c.id: c for c in canonical_cells(stub.nb)}
-  sol_ids = {cid: ex for ex, ids in stub.solution_ids.items() for cid in ids}
-  code = [c for c in grafted.cells if c.cell_type == "code"]
+@dataclass
+class Parsed:
+  sub: Submission
+  student: str
+  part: str | None = None
+  cells: list = field(default_factory=list)
+  notes: list = field(default_factory=list)
+  failure: str = ""            # why it can't be graded at all
+  flags: list = field(default_factory=list)
 
-  def owner(cell):   # (exercise or None, "check" | "canonical" | "solution" | "own")
-    cid = cell.get("id")
-    if cid in canon:
-      return str(canon[cid].metadata.get("exercise")), "check" if is_check(cell) else "canonical"
-    if cid in sol_ids:
-      return sol_ids[cid], "solution"
-    if is_solution(cell) and str(cell.metadata.get("exercise")) in stub.exercises:
-      return str(cell.metadata.get("exercise")), "solution"
-    return None, "own"
 
-  kinds = [owner(c) for c in code]
-  answered = {ex for ex, k in kinds if k == "solution"}
-  flags = sorted({f"{f} ({c.get('id')})" for c, (_, k) in zip(code, kinds)
-                  if k in ("solution", "own") for f in scan(c.source)})
-  sub_notes = [part_note] + ([f"review: {', '.join(flags)}"] if flags else [])
-
-  def missing_note(ex):
-    if ex in answered:
-      return ""
-    return (f"no solution cell for {ex} (expected id {', '.join(stub.solution_ids.get(ex, []))}; "
-            f"an older version of the exercises?)")
-
-  if not any(k in ("solution", "own") and c.source.strip() for c, (_, k) in zip(code, kinds)):
-    return [row(sub, student, stub.part, ex, "fail",
-                "no answer: the notebook has no solution cells or code of its own",
-                sub_notes, stub.points[ex]) for ex in stub.exercises]
-
-  runs, guard = {}, {}
-  start = time.monotonic()
-  deadline = start + opts.total_timeout
-  workdir = Path(tempfile.mkdtemp(prefix="coursekit-grade-"))
+def parse(sub: Submission, stubs: dict[str, Stub], opts: Options) -> Parsed:
+  """Read a submission, find its chapter and its code; never raises."""
+  if sub.problem:
+    return Parsed(sub, student_of(sub, None), opts.part, failure=sub.problem)
   try:
-    (workdir / "submission.ipynb").write_text(nbformat.writes(grafted))
-    for extra in ("data",):   # files the exercises read, if a chapter ever needs some
-      if (EXERCISES / extra).is_dir():
-        shutil.copytree(EXERCISES / extra, workdir / extra)
-    from .kernel import Kernel
+    nb = nbformat.reads(sub.data.decode("utf-8"), as_version=4)
+    if not isinstance(nb.get("cells"), list):
+      raise ValueError("no list of cells")
+    for c in nb.cells:
+      if not (isinstance(c, dict) and isinstance(c.get("source"), str) and "cell_type" in c):
+        raise ValueError("a cell is not a notebook cell")
+      if not isinstance(c.get("metadata", {}), dict):
+        c["metadata"] = nbformat.NotebookNode()
+  except Exception as e:  # noqa: BLE001 (anything a broken file may raise)
+    return Parsed(sub, student_of(sub, None), opts.part,
+                  failure=f"unreadable notebook: {type(e).__name__}: {e}")
+  student = student_of(sub, nb)
+  try:
+    part, note = match_part(nb, stubs, opts.part)
+    if part is None:
+      return Parsed(sub, student, None, failure=note)
+    cells = program(nb, stubs[part])
+  except Exception as e:  # noqa: BLE001 (a grader bug must not stop the batch)
+    return Parsed(sub, student, opts.part, failure=f"grader error: {type(e).__name__}: {e}")
+  p = Parsed(sub, student, part, cells, [note])
+  if not any(c["kind"] == "learner" and c["source"].strip() for c in cells):
+    p.failure = "no answer: the notebook has no code of its own"
+  p.flags = sorted({f"{f} (cell {i + 1})" for i, c in enumerate(cells) if c["kind"] == "learner"
+                    for f in scan(c["source"])})
+  return p
+
+
+def verdict(p: Parsed, ex: str, got: Outcome, want: list, stub: Stub) -> tuple[str, str, list]:
+  """(status, reason, notes) of one exercise, decided here, outside any sandbox."""
+  notes = []
+  if got.output_note:
+    notes.append(got.output_note)
+  if got.imports:
+    notes.append(f"review: its code imported {', '.join(got.imports)} while it ran")
+  stub_fail = next((f"the grader's setup cell {i + 1} failed ({c.get('error')})"
+                    for i, (c, cell) in enumerate(zip(got.cells, p.cells))
+                    if isinstance(c, dict) and cell["kind"] == "stub" and c.get("status") != "ok"),
+                   "")
+  own = next((f"your cell {i + 1} for {ex} raised {c.get('error')}"
+              for i, (c, cell) in enumerate(zip(got.cells, p.cells))
+              if isinstance(c, dict) and cell.get("exercise") == ex and c.get("status") != "ok"), "")
+  if got.records is None:
+    where = ""
+    done = len(got.cells)
+    if got.status == "timeout" and done < len(p.cells):
+      where = f" in cell {done + 1} (your code)" if p.cells[done]["kind"] == "learner" \
+          else f" in the grader's cell {done + 1}"
+    elif got.status in ("timeout", "killed"):
+      where = " while the check ran"
+    return "fail", (got.why or "the sandbox gave no result") + where, notes
+  v = probes.compare(got.records, want)
+  if v.passed:
+    return "pass", "", notes
+  prefix = "; ".join(x for x in (stub_fail, own) if x)
+  prefix = prefix + "; " if prefix else ""
+  if v.todo:
+    return "fail", f"{prefix}not done yet: {v.message}", notes
+  return "fail", f"{prefix}{v.label}: {v.message}", notes
+
+
+class Grader:
+  def __init__(self, stubs: dict[str, Stub], opts: Options, progress=None):
+    self.stubs, self.opts, self.progress = stubs, opts, progress
+    self.ws = Workspace(opts, stubs)
+    self.reference: dict[tuple[str, str], list] = {}
+    self.lock = threading.Lock()
+
+  def reference_records(self, part: str, ex: str) -> list:
+    """The reference solution's records at this seed (cached on disk by content)."""
+    key = (part, ex)
+    with self.lock:
+      if key in self.reference:
+        return self.reference[key]
+    cells = reference_program(part)
+    h = hashlib.sha256(json.dumps([part, ex, self.opts.seed, fingerprint(LIB), kit_hash(),
+                                   cells]).encode()).hexdigest()[:24]
+    cache = cache_dir() / f"{h}.json"
+    records = None
+    if cache.exists():
+      try:
+        records = json.loads(cache.read_text())
+      except ValueError:
+        records = None
+    if records is None:
+      got = self.ws.run(part, ex, cells, self.opts.seed)
+      v = probes.compare(got.records or [], got.records or [])
+      bad = [c for c in got.cells if c.get("status") != "ok"]
+      if got.records is None or bad or any(r["value"].get("k") in ("todo",) for r in got.records):
+        raise RuntimeError(f"the reference solution of {part} {ex} failed in the sandbox: "
+                           f"{got.why or bad or got.records[-1:]}")
+      assert v.passed
+      records = got.records
+      try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_text(json.dumps(records))
+      except OSError:
+        pass
+    with self.lock:
+      self.reference[key] = records
+    return records
+
+  def grade_one(self, p: Parsed, ex: str) -> dict:
+    stub = self.stubs[p.part]
     try:
-      kernel = Kernel(str(workdir), kernel_env(workdir), rlimits(opts),
-                      startup_timeout=min(120, opts.total_timeout))
-    except Exception as e:  # noqa: BLE001
-      return [row(sub, student, stub.part, ex, "fail", f"the notebook could not be run: {e}",
-                  sub_notes, stub.points[ex]) for ex in stub.exercises]
-    try:
-      kernel.expression("__import__('coursekit.guard').guard.install(globals())")
-      for i, (cell, (ex, kind)) in enumerate(zip(code, kinds)):
-        if kind == "check" and kernel.alive():
-          found = kernel.expression(f"__import__('coursekit.guard').guard.before_check({ex!r})")
-          try:
-            guard[ex] = json.loads(ast.literal_eval(found)) if found else []
-          except (ValueError, SyntaxError):
-            guard[ex] = ["the guard's report was unreadable"]
-          if found is None and kernel.alive():
-            guard[ex] = ["the grader's guard could not run (was it tampered with?)"]
-        runs[i] = kernel.run(cell.source, opts.timeout, deadline, opts.max_output)
-        if kind == "canonical" and runs[i].status == "ok":
-          kernel.expression("__import__('coursekit.guard').guard.after_canonical()")
-    finally:
-      kernel.stop()
-  finally:
-    shutil.rmtree(workdir, ignore_errors=True)
+      want = self.reference_records(p.part, ex)
+      got = self.ws.run(p.part, ex, p.cells, self.opts.seed)
+      status, reason, notes = verdict(p, ex, got, want, stub)
+    except SandboxUnavailable:
+      raise
+    except Exception as e:  # noqa: BLE001 (a grader bug must not stop the batch)
+      status, reason, notes = "fail", f"grader error: {type(e).__name__}: {e}", []
+    flags = [f"review: {', '.join(p.flags)}"] if p.flags else []
+    return row(p.sub, p.student, p.part, ex, status, reason, p.notes + flags + notes,
+               stub.points[ex])
 
-  setup_fail = next((f"the setup cell {c.id} failed ({runs[i].error or runs[i].status}); "
-                     for i, (c, (_, k)) in enumerate(zip(code, kinds))
-                     if k == "canonical" and i in runs and runs[i].status != "ok"), "")
-  rows = []
-  for ex in stub.exercises:
-    ci = next(i for i, (e, k) in enumerate(kinds) if k == "check" and e == ex)
-    check = runs[ci]
-    expected = outputs_of(canon[code[ci].id])
-    got = [(k, t.rstrip()) for k, t in check.outputs]
-    notes = sub_notes + [missing_note(ex)]
-    if guard.get(ex):
-      notes.append("tampering undone before the check: " + ", ".join(guard[ex]))
-    if check.status == "ok" and got == expected:
-      rows.append(row(sub, student, stub.part, ex, "pass", "", notes, stub.points[ex]))
-      continue
-    reason = setup_fail + failure_reason(ex, check, got, expected, runs, code, kinds, opts)
-    if not (ex in answered) and not reason.startswith("no solution"):
-      reason = f"{missing_note(ex)}; {reason}"
-    rows.append(row(sub, student, stub.part, ex, "fail", reason, notes, stub.points[ex]))
-  return rows
+  def grade(self, parsed: list[Parsed], jobs: int) -> list[dict]:
+    rows, tasks = [], []
+    for p in parsed:
+      if p.failure:
+        stub = self.stubs.get(p.part) if p.part else None
+        if stub:
+          rows += [row(p.sub, p.student, p.part, ex, "fail", p.failure, p.notes,
+                       stub.points[ex]) for ex in stub.exercises]
+        else:
+          rows.append(row(p.sub, p.student, p.part or "?", "*", "fail", p.failure))
+      else:
+        tasks += [(p, ex) for ex in self.stubs[p.part].exercises]
+    with ThreadPoolExecutor(max(jobs, 1)) as pool:
+      futures = [pool.submit(self.grade_one, p, ex) for p, ex in tasks]
+      for f in as_completed(futures):
+        rows.append(f.result())
+        if self.progress:
+          self.progress()
+    return rows
+
+  def close(self):
+    self.ws.close()
 
 
-def _stopped(run, where, opts) -> str:
-  if run.status == "timeout":
-    if run.why:
-      return f"{where} was stopped: the submission's time limit ({opts.total_timeout:g} s) was reached"
-    return f"{where} timed out (over {opts.timeout:g} s)"
-  if run.status == "died":
-    return f"{run.why} in {where}"
-  return f"{where} was not run: {run.why}"
+def kit_hash() -> str:
+  h = hashlib.sha256()
+  for path in sorted([KIT / n for n in KIT_FILES] + list((KIT / "probes").glob("*.py"))):
+    h.update(path.name.encode() + path.read_bytes())
+  return h.hexdigest()[:16]
 
 
-def failure_reason(ex, check, got, expected, runs, code, kinds, opts) -> str:
-  for i, (e, k) in enumerate(kinds):   # the exercise's own cells first
-    r = runs.get(i)
-    if e == ex and k == "solution" and r is not None and r.status != "ok":
-      if r.status == "error":
-        return f"solution cell raised {r.error}"
-      return _stopped(r, "the solution cell", opts)
-  if check.status in ("timeout", "died", "skipped"):
-    return _stopped(check, "the check", opts)
-  if (check.error or "").startswith("NotImplementedError"):
-    return f"not done yet ({check.error})"
-  if check.error:
-    return f"check failed: {check.error}"
-  if check.truncated:
-    return "check output differs from the expected output (and was truncated: too long)"
-  if not got:
-    return "the check printed nothing (expected its summary line)"
-  return f"check output differs from the expected output: got {got[0][1][:80]!r}"
+def cache_dir() -> Path:
+  base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+  return Path(base) / "autodidax-grader"
 
 
 # --- Command line ---------------------------------------------------------------------------------
@@ -524,23 +646,25 @@ def main(argv=None) -> int:
                                description="Grade submitted exercise notebooks.",
                                epilog="Rules and details: book/instructors.md and this module's docstring.")
   ap.add_argument("submissions", type=Path, help="a folder or .zip of .ipynb files")
-  ap.add_argument("--out", type=Path, default=Path("."),
-                  help="folder for grades.csv and grades.html (default: .)")
+  ap.add_argument("--out", type=Path, default=Path("grades"),
+                  help="folder for grades.csv and grades.html (default: grades/)")
   ap.add_argument("--part", help="grade every submission as exercises/<part>.ipynb "
                   "(default: each notebook's chapter, from its cells and metadata)")
   ap.add_argument("--jobs", type=int, default=default_jobs(),
-                  help="submissions graded at once, one kernel each (default: the number of cores)")
-  ap.add_argument("--timeout", type=float, default=120, help="seconds per cell (default 120)")
-  ap.add_argument("--total-timeout", type=float, default=600,
-                  help="seconds per submission, kernel start included (default 600)")
-  ap.add_argument("--memory", type=int, default=4096,
-                  help="address-space limit of each kernel, MiB (default 4096)")
+                  help="sandboxes run at once (default: the number of cores)")
+  ap.add_argument("--seed", type=int, help="seed of the check inputs (default: a random one, "
+                  "recorded in the report: pass it again to reproduce a run)")
+  ap.add_argument("--timeout", type=float, default=60,
+                  help="seconds for one exercise of one notebook (default 60)")
+  ap.add_argument("--memory", type=int, default=2048,
+                  help="memory limit of each sandbox, MiB (default 2048)")
+  ap.add_argument("--no-sandbox", action="store_true",
+                  help="run notebooks without bubblewrap: ONLY for trusted notebooks "
+                  "(the report says so at its top)")
   ap.add_argument("--exercises", type=Path, default=EXERCISES,
                   help="folder of the stub notebooks (default: this repo's exercises/)")
   args = ap.parse_args(argv)
-  # nbformat imports jsonschema, whose optional IRI format checker builds a
-  # grammar at import (~2 s) that nbformat never uses (as in nbval_run.py).
-  sys.modules.setdefault("rfc3987_syntax", None)
+  sys.modules.setdefault("rfc3987_syntax", None)   # nbformat's jsonschema: skip a slow import
   warnings.filterwarnings("ignore", module="nbformat")   # old notebooks: no cell ids, ...
 
   stubs = load_stubs(args.exercises)
@@ -554,37 +678,46 @@ def main(argv=None) -> int:
   if not subs:
     print(f"no .ipynb files in {args.submissions}", file=sys.stderr)
     return 1
-  opts = Options(timeout=args.timeout, total_timeout=args.total_timeout,
-                 memory_mib=args.memory, part=args.part)
+  seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
+  opts = Options(timeout=args.timeout, memory_mib=args.memory, part=args.part, seed=seed,
+                 sandbox=not args.no_sandbox)
+  try:
+    grader = Grader(stubs, opts)
+  except SandboxUnavailable as e:
+    print(f"error: can't grade in a sandbox: {e}", file=sys.stderr)
+    return 2
   before = {s.label: hashlib.sha256(s.data).hexdigest() for s in subs}
-
-  rows = []
-  parts = sorted({p for p in (match_part_quick(s, stubs, args.part) for s in subs) if p})
   t0 = time.monotonic()
-  with ThreadPoolExecutor(max(args.jobs, 1)) as pool:
-    futures = [pool.submit(grade_submission, s, stubs, opts) for s in subs]
-    for f in tqdm(as_completed(futures), total=len(futures), unit="notebook", file=sys.stderr,
-                  desc=f"grading {', '.join(parts) or 'submissions'}"):
-      rows.extend(f.result())
+  parsed = [parse(s, stubs, opts) for s in subs]
+  n_tasks = sum(len(stubs[p.part].exercises) for p in parsed if not p.failure)
+  parts = sorted({p.part for p in parsed if p.part})
+  bar = tqdm(total=n_tasks, unit="check", file=sys.stderr,
+             desc=f"grading {', '.join(parts) or 'submissions'} ({len(subs)} notebooks)")
+  grader.progress = lambda: bar.update(1)
+  try:
+    rows = grader.grade(parsed, args.jobs)
+  except SandboxUnavailable as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  finally:
+    bar.close()
+    grader.close()
   elapsed = time.monotonic() - t0
   for s in subs:   # we only read them; make sure, for the record
     assert hashlib.sha256(s.data).hexdigest() == before[s.label]
 
   rows = report.sort_rows(rows, stubs)
+  similar = similarity.pairs(parsed, stubs)
+  meta = {"seed": seed, "sandbox": MODE_TEXT[grader.ws.sandbox.mode],
+          "limits": f"{opts.timeout:g} s, {opts.memory_mib} MiB and {opts.pids} processes per "
+                    "exercise of each notebook",
+          "unsafe": not opts.sandbox}
   args.out.mkdir(parents=True, exist_ok=True)
-  csv_path, html_path = report.write(rows, stubs, args.out)
+  csv_path, html_path = report.write(rows, stubs, args.out, meta, similar)
   print(report.tables(rows, stubs))
   print(report.one_line(rows, len(subs), elapsed, csv_path, html_path))
+  print(f"seed {seed} ({MODE_TEXT[grader.ws.sandbox.mode]})")
   return 0
-
-
-def match_part_quick(sub: Submission, stubs, forced) -> str | None:
-  """The chapter of a submission, for the progress bar's title (None if unknown)."""
-  try:
-    nb = nbformat.reads(sub.data.decode("utf-8"), as_version=4)
-    return match_part(nb, stubs, forced)[0]
-  except Exception:  # noqa: BLE001
-    return None
 
 
 if __name__ == "__main__":

@@ -89,7 +89,7 @@ def one_line(rows, n_subs, elapsed, csv_path, html_path) -> str:
   graded = [r for r in rows if r["exercise"] != "*"]
   passed = sum(r["status"] == "pass" for r in graded)
   bad = len({r["submission"] for r in rows if r["exercise"] == "*"})
-  flagged = len({r["submission"] for r in rows if "review:" in r["notes"] or "tampering" in r["notes"]})
+  flagged = len({r["submission"] for r in rows if "review:" in r["notes"]})
   parts = ", ".join(sorted({r["part"] for r in graded})) or "none"
   return (f"graded {n_subs} submission{'s' * (n_subs != 1)} from {len(students)} "
           f"student{'s' * (len(students) != 1)} ({parts}) in {elapsed:.0f} s: "
@@ -115,6 +115,8 @@ th{background:#f3f3f3}td.n{text-align:right;font-variant-numeric:tabular-nums}
 .pass{background:#e6f4e6}.fail{background:#fbe7e7}.bar{display:inline-block;height:.8em;
 background:#4a8;vertical-align:middle;margin-right:.4em}
 code,.mono{font-family:ui-monospace,monospace;font-size:.92em}.notes{color:#765}
+.warn{background:#fde2c8;border:2px solid #c60;padding:.6em 1em}.meta{color:#444}
+table{display:block;overflow-x:auto;max-width:100%}
 """
 
 
@@ -122,13 +124,23 @@ def _e(x) -> str:
   return html.escape(str(x), quote=True)
 
 
-def write_html(rows, stubs, path: Path) -> None:
+def write_html(rows, stubs, path: Path, meta=None, similar=()) -> None:
   graded = [r for r in rows if r["exercise"] != "*"]
   parts = sorted({r["part"] for r in graded})
   b = best(graded)
   students = sorted({r["student"] for r in rows})
   h = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+       '<meta name="viewport" content="width=device-width, initial-scale=1">',
        "<title>Grades</title>", f"<style>{CSS}</style></head><body>", "<h1>Grades</h1>"]
+  meta = meta or {}
+  if meta.get("unsafe"):
+    h.append(f'<p class="warn"><b>Not sandboxed.</b> {_e(meta.get("sandbox", ""))}</p>')
+  if meta:
+    h.append("<p class='meta'>" + "<br>".join(
+        f"<b>{_e(k)}</b>: {_e(v)}" for k, v in (
+            ("how", meta.get("sandbox")), ("limits", meta.get("limits")),
+            ("seed", f"{meta.get('seed')} (grade again with --seed {meta.get('seed')} to "
+                     "reproduce these inputs)")) if v is not None) + "</p>")
   n_subs = len({r["submission"] for r in rows})
   h.append(f"<p>{n_subs} submissions from {len(students)} students. A student's score in a "
            "chapter is their best submission's. Columns of <code>grades.csv</code>: "
@@ -175,21 +187,32 @@ def write_html(rows, stubs, path: Path) -> None:
     h.append("</table>")
   noted = sorted({(r["submission"], r["student"], n) for r in rows
                   for n in r["notes"].split("; ") if n})
-  h.append(f"<h2>Notes and flags ({len(noted)})</h2>")
-  h.append("<p>Submissions graded as another chapter, older notebooks with missing cells, "
-           "tampering the guard undid before a check, and code flagged for review "
-           "(see the instructor guide).</p>")
+  h.append(f"<h2>Notes and review flags ({len(noted)})</h2>")
+  h.append("<p>Submissions graded as another chapter, output cut short, and code flagged for "
+           "a human to review: values can't tell whether an answer calls JAX where the "
+           "exercise asks you to write the rule yourself (see the instructor guide).</p>")
   if noted:
     h.append("<table><tr><th>submission</th><th>student</th><th>note</th></tr>")
     for sub, s, n in noted:
       h.append(f"<tr><td class='mono'>{_e(sub)}</td><td>{_e(s)}</td><td class='notes'>{_e(n)}</td></tr>")
     h.append("</table>")
+  h.append(f"<h2>Near-identical answers ({len(similar)})</h2>")
+  h.append("<p>Pairs of students whose answers to one exercise are the same once names, "
+           "comments and formatting are normalized: the one kind of copying a sandbox can't "
+           "see. Short answers are left out; a pair is a reason to look, not a verdict.</p>")
+  if similar:
+    h.append("<table><tr><th>part</th><th>exercise</th><th>one</th><th>other</th>"
+             "<th>similarity</th></tr>")
+    for s in similar:
+      h.append(f"<tr><td>{_e(s['part'])}</td><td>{_e(s['exercise'])}</td><td>{_e(s['a'])}</td>"
+               f"<td>{_e(s['b'])}</td><td class='n'>{100 * s['similarity']:.0f}%</td></tr>")
+    h.append("</table>")
   h.append("</body></html>")
   path.write_text("\n".join(h) + "\n", encoding="utf-8")
 
 
-def write(rows, stubs, out: Path) -> tuple[Path, Path]:
+def write(rows, stubs, out: Path, meta=None, similar=()) -> tuple[Path, Path]:
   csv_path, html_path = out / "grades.csv", out / "grades.html"
   write_csv(rows, csv_path)
-  write_html(rows, stubs, html_path)
+  write_html(rows, stubs, html_path, meta, similar)
   return csv_path, html_path

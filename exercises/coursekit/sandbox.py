@@ -1,50 +1,362 @@
-"""Start a command under resource limits (the grader's kernel wrapper).
+"""Run untrusted code in a bubblewrap sandbox, with whole-sandbox limits.
 
-    COURSEKIT_RLIMITS='{"AS": 4294967296, "CPU": 630}' python -m coursekit.sandbox CMD...
+Each run gets:
 
-sets each `RLIMIT_<NAME>` of this process to the value given (soft and hard;
-for CPU the hard limit is 10 s above the soft one, so the kernel first gets
-SIGXCPU and then SIGKILL), then replaces itself with CMD: the limits hold for
-CMD and everything it starts. The grader runs every kernel this way, so the
-limits apply to the learner's code and not to the grader.
+* a read-only view of the runtime only: /usr (and its /bin, /lib links), the
+  Python installation and the virtual environment, plus the folders the caller
+  binds (the learner edition of the library and the grader's runner), and a
+  private writable /tmp (a tmpfs, also the working directory and $HOME);
+* no network, its own pid namespace (when its first process ends, the kernel
+  kills every process left in it: nothing outlives a run), its own IPC and UTS
+  namespaces, a new session (no terminal), an unprivileged uid (65534), no
+  capabilities, and a scrubbed environment;
+* limits for the sandbox as a whole, from cgroups: memory (tmpfs included) and
+  the number of processes. As root, from the cgroup v1 `memory` and `pids`
+  controllers; otherwise from `systemd-run --user --scope` where a user
+  session has one; else per-process rlimits only (`Limits.mode` says which,
+  and the grader's report says so at its top);
+* per-process rlimits as well (CPU seconds, file size, no core files);
+* capped output: at most `output_cap` bytes of stdout+stderr are kept, the rest
+  is read and dropped; the result channel (a separate pipe) is capped too.
 
-What each limit does:
-
-* AS: address space (bytes). An allocation past it fails: Python raises
-  MemoryError, which the check reports; C code may crash the kernel instead.
-* CPU: CPU seconds. Past the soft limit the kernel gets SIGXCPU (and dies).
-* FSIZE: the largest file the kernel may write (bytes); past it, SIGXFSZ.
-* CORE: core dump size (0: no core files in the working directory).
+The submissions, the grader's output folder, the course repository and other
+sandboxes are not mounted, so not visible.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
-import resource
+import shutil
+import signal
+import subprocess
 import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+CGROUP_V1 = Path("/sys/fs/cgroup")
+_counter = itertools.count()
 
 
-def apply(limits: dict) -> None:
-  for name, value in sorted(limits.items()):
-    if value is None:
-      continue
-    which = getattr(resource, f"RLIMIT_{name}")
-    value = int(value)
-    soft, hard = value, value + 10 if name == "CPU" else value
-    _, old_hard = resource.getrlimit(which)
-    if old_hard != resource.RLIM_INFINITY:   # can't raise a hard limit
-      soft, hard = min(soft, old_hard), min(hard, old_hard)
-    resource.setrlimit(which, (soft, hard))
+class SandboxUnavailable(RuntimeError):
+  """bwrap is missing or can't create its namespaces here."""
 
 
-def main(argv=None) -> int:
-  argv = sys.argv[1:] if argv is None else argv
-  if not argv:
-    print(__doc__, file=sys.stderr)
-    return 2
-  apply(json.loads(os.environ.pop("COURSEKIT_RLIMITS", "{}")))
-  os.execvp(argv[0], argv)
+@dataclass
+class Limits:
+  memory_mib: int = 2048        # the whole sandbox
+  pids: int = 64                # processes and threads in the whole sandbox
+  cpu_seconds: int = 120        # per process
+  file_mib: int = 64            # largest file written
+  tmp_mib: int = 256            # the private /tmp
+  timeout: float = 60           # wall clock, the whole run
+  output_cap: int = 64_000      # bytes of stdout+stderr kept
+  result_cap: int = 16 << 20    # bytes of result
 
 
-if __name__ == "__main__":
-  sys.exit(main())
+@dataclass
+class Result:
+  status: str                   # ok | timeout | killed | exited | output
+  returncode: int | None
+  signal: str | None = None
+  oom: bool = False
+  output: str = ""              # the first output_cap bytes of stdout+stderr
+  output_bytes: int = 0
+  result: bytes = b""
+  result_truncated: bool = False
+  seconds: float = 0.0
+
+
+@dataclass
+class Sandbox:
+  """A bwrap launcher. `binds`: {host path: path inside}, read-only."""
+  limits: Limits = field(default_factory=Limits)
+  binds: dict = field(default_factory=dict)
+  env: dict = field(default_factory=dict)
+  enabled: bool = True          # False: --no-sandbox (trusted use): plain subprocess
+  mode: str = ""                # cgroup-v1 | systemd | rlimits | none
+
+  def __post_init__(self):
+    if not self.enabled:
+      self.mode = "none"
+      return
+    why = unavailable()
+    if why:
+      raise SandboxUnavailable(why)
+    self.mode = self.mode or limit_mode()
+
+  # --- the command line ---------------------------------------------------------------
+  def runtime_binds(self) -> list[str]:
+    args = []
+    for top in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+      p = Path(top)
+      if p.is_symlink():
+        args += ["--symlink", os.readlink(p), top]
+      elif p.is_dir():
+        args += ["--ro-bind", top, top]
+    for etc in ("/etc/ld.so.cache", "/etc/localtime", "/etc/ssl"):
+      if Path(etc).exists():
+        args += ["--ro-bind", etc, etc]
+    prefixes = {os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix), sys.prefix}
+    for p in sorted(prefixes):
+      if not p.startswith("/usr"):
+        args += ["--ro-bind", p, p]
+    return args
+
+  def argv(self, command: list[str], result_fd: int, binds: dict, env: dict) -> list[str]:
+    lim = self.limits
+    env = {"PATH": f"{os.path.dirname(sys.executable)}:/usr/bin:/bin", "HOME": "/tmp",
+           "TMPDIR": "/tmp", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1",
+           "PYTHONHASHSEED": "0", "COURSEKIT_RESULT_FD": str(result_fd), **self.env, **env}
+    args = ["bwrap", "--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534",
+            "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+            *self.runtime_binds(), "--proc", "/proc", "--dev", "/dev",
+            "--size", str(lim.tmp_mib << 20), "--tmpfs", "/tmp"]
+    for host, inside in {**self.binds, **binds}.items():
+      args += ["--ro-bind", str(host), str(inside)]
+    args += ["--chdir", "/tmp", "--clearenv"]
+    for k, v in env.items():
+      args += ["--setenv", k, v]
+    return args + ["--", *command]
+
+  def rlimit_argv(self) -> list[str]:
+    lim = self.limits
+    args = ["prlimit", f"--cpu={lim.cpu_seconds}:{lim.cpu_seconds + 5}",
+            f"--fsize={lim.file_mib << 20}", "--core=0"]
+    if self.mode == "rlimits":   # no cgroup: per process, and a per-user process count
+      args += [f"--as={lim.memory_mib << 20}", f"--nproc={lim.pids}"]
+    return args + ["--"]
+
+  # --- running ---------------------------------------------------------------------------
+  def run(self, command: list[str], stdin: bytes = b"", binds: dict | None = None,
+          env: dict | None = None, cwd: str | None = None) -> Result:
+    """Run `command` inside a fresh sandbox, with `binds` ({host: inside}, read-only) and
+    `env` added; wait at most `limits.timeout` seconds. Without a sandbox (trusted use),
+    `command` runs as a plain subprocess in `cwd`, with `env` added to ours."""
+    lim = self.limits
+    r_fd, w_fd = os.pipe()
+    cg = _Cgroup(lim) if self.mode == "cgroup-v1" else None
+    if self.enabled:
+      inner = self.rlimit_argv() + self.argv(command, w_fd, binds or {}, env or {})
+    else:
+      inner = command
+    if cg is not None:
+      inner = ["/bin/sh", "-c", ''
+               f'echo $$ > {cg.memory}/cgroup.procs && echo $$ > {cg.pids}/cgroup.procs && '
+               'exec "$@"', "sh", *inner]
+    elif self.mode == "systemd":
+      inner = ["systemd-run", "--user", "--scope", "--quiet", "--collect",
+               f"-pMemoryMax={lim.memory_mib}M", "-pMemorySwapMax=0",
+               f"-pTasksMax={lim.pids}", "--", *inner]
+    if not self.enabled:
+      env = dict(os.environ, **self.env, **(env or {}), COURSEKIT_RESULT_FD=str(w_fd))
+    else:
+      env, cwd = None, None
+    t0 = time.monotonic()
+    try:
+      proc = subprocess.Popen(inner, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, pass_fds=(w_fd,), env=env, cwd=cwd,
+                              start_new_session=True)
+    except OSError as e:
+      os.close(r_fd)
+      os.close(w_fd)
+      if cg:
+        cg.remove()
+      raise SandboxUnavailable(f"could not start the sandbox: {e}") from None
+    os.close(w_fd)
+    out, res = _Reader(proc.stdout, lim.output_cap), _Reader(os.fdopen(r_fd, "rb"), lim.result_cap)
+    try:
+      proc.stdin.write(stdin)
+      proc.stdin.close()
+    except (BrokenPipeError, OSError):
+      pass
+    status = "ok"
+    try:
+      proc.wait(timeout=lim.timeout)
+    except subprocess.TimeoutExpired:
+      status = "timeout"
+      _kill(proc, cg)
+      proc.wait()
+    if cg:
+      cg.kill_all()
+    out.join(5)
+    res.join(5)
+    oom = cg.oom() if cg else False
+    if cg:
+      cg.remove()
+    rc = proc.returncode
+    sig = None
+    if rc is not None and (rc < 0 or (self.enabled and rc > 128)):
+      num = -rc if rc < 0 else rc - 128
+      try:
+        sig = signal.Signals(num).name
+      except ValueError:
+        sig = f"signal {num}"
+      if status == "ok":
+        status = "killed"
+    elif status == "ok" and rc != 0:
+      status = "exited"
+    return Result(status, rc, sig, oom, out.text(), out.total, res.data(), res.truncated,
+                  time.monotonic() - t0)
+
+
+class _Reader(threading.Thread):
+  """Reads a stream to its end, keeping at most `cap` bytes."""
+
+  def __init__(self, stream, cap):
+    super().__init__(daemon=True)
+    self.stream, self.cap, self.chunks, self.total, self.truncated = stream, cap, [], 0, False
+    self.start()
+
+  def run(self):
+    try:
+      while chunk := self.stream.read1(65536) if hasattr(self.stream, "read1") else \
+          self.stream.read(65536):
+        keep = max(0, min(len(chunk), self.cap - self.total))
+        if keep:
+          self.chunks.append(chunk[:keep])
+        if keep < len(chunk):
+          self.truncated = True
+        self.total += len(chunk)
+    except (OSError, ValueError):
+      pass
+    finally:
+      try:
+        self.stream.close()
+      except OSError:
+        pass
+
+  def data(self) -> bytes:
+    return b"".join(self.chunks)
+
+  def text(self) -> str:
+    return self.data().decode("utf-8", "replace")
+
+
+def _kill(proc, cg):
+  try:
+    os.killpg(proc.pid, signal.SIGKILL)
+  except (ProcessLookupError, PermissionError):
+    pass
+  if cg:
+    cg.kill_all()
+
+
+class _Cgroup:
+  """A memory cgroup and a pids cgroup (v1) for one run."""
+
+  def __init__(self, lim: Limits):
+    name = f"coursekit-{os.getpid()}-{next(_counter)}"
+    self.memory, self.pids = CGROUP_V1 / "memory" / name, CGROUP_V1 / "pids" / name
+    self.memory.mkdir()
+    self.pids.mkdir()
+    limit = str(lim.memory_mib << 20)
+    (self.memory / "memory.limit_in_bytes").write_text(limit)
+    sw = self.memory / "memory.memsw.limit_in_bytes"
+    if sw.exists():
+      try:
+        sw.write_text(limit)
+      except OSError:
+        pass
+    (self.pids / "pids.max").write_text(str(lim.pids))
+
+  def procs(self) -> list[int]:
+    pids = set()
+    for cg in (self.memory, self.pids):
+      try:
+        pids |= {int(p) for p in (cg / "cgroup.procs").read_text().split()}
+      except OSError:
+        pass
+    return sorted(pids)
+
+  def kill_all(self):
+    for _ in range(50):
+      pids = self.procs()
+      if not pids:
+        return
+      for pid in pids:
+        try:
+          os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+          pass
+      time.sleep(0.02)
+
+  def oom(self) -> bool:
+    try:
+      text = (self.memory / "memory.oom_control").read_text()
+      for line in text.splitlines():
+        if line.startswith("oom_kill ") and int(line.split()[1]) > 0:
+          return True
+      return int((self.memory / "memory.failcnt").read_text()) > 0 and "under_oom 1" in text
+    except (OSError, ValueError):
+      return False
+
+  def remove(self):
+    self.kill_all()
+    for cg in (self.memory, self.pids):
+      for _ in range(50):
+        try:
+          cg.rmdir()
+          break
+        except FileNotFoundError:
+          break
+        except OSError:
+          time.sleep(0.02)
+
+
+def unavailable() -> str | None:
+  """Why bwrap can't sandbox here (None if it can)."""
+  if shutil.which("bwrap") is None:
+    return ("bubblewrap (bwrap) is not installed: install it (Debian/Ubuntu: "
+            "`apt-get install bubblewrap`) or, for trusted notebooks only, pass --no-sandbox")
+  if shutil.which("prlimit") is None:
+    return "prlimit (util-linux) is not installed"
+  try:
+    p = subprocess.run(["bwrap", "--unshare-all", "--unshare-user", "--uid", "65534",
+                        "--ro-bind", "/", "/", "--", "/bin/true"],
+                       capture_output=True, timeout=20)
+  except (OSError, subprocess.TimeoutExpired) as e:
+    return f"bwrap could not run: {e}"
+  if p.returncode != 0:
+    err = p.stderr.decode(errors="replace").strip()
+    return (f"bwrap can't create a sandbox here ({err}); unprivileged user namespaces may be "
+            f"disabled (sysctl kernel.unprivileged_userns_clone=1), or pass --no-sandbox "
+            f"for trusted notebooks only")
+  return None
+
+
+def limit_mode() -> str:
+  """How whole-sandbox limits are enforced here: cgroup-v1, systemd or rlimits."""
+  if os.geteuid() == 0 and all(os.access(CGROUP_V1 / c, os.W_OK) for c in ("memory", "pids")) \
+      and (CGROUP_V1 / "memory" / "memory.limit_in_bytes").exists():
+    return "cgroup-v1"
+  if shutil.which("systemd-run") and os.environ.get("DBUS_SESSION_BUS_ADDRESS"):
+    try:
+      p = subprocess.run(["systemd-run", "--user", "--scope", "--quiet", "-pTasksMax=8",
+                          "--", "/bin/true"], capture_output=True, timeout=20)
+      if p.returncode == 0:
+        return "systemd"
+    except (OSError, subprocess.TimeoutExpired):
+      pass
+  return "rlimits"
+
+
+MODE_TEXT = {
+    "cgroup-v1": "bubblewrap sandbox; memory and process limits for each whole sandbox (cgroup v1)",
+    "systemd": "bubblewrap sandbox; memory and process limits for each whole sandbox "
+               "(systemd-run --user --scope)",
+    "rlimits": "bubblewrap sandbox; NO cgroup here: memory is limited per process and the "
+               "process count per user (rlimits), not per sandbox",
+    "none": "NO SANDBOX (--no-sandbox): the notebooks ran with the grader's own rights; "
+            "use this only for trusted notebooks",
+}
+
+
+if __name__ == "__main__":   # a quick self-test: python -m coursekit.sandbox
+  sb = Sandbox()
+  r = sb.run([sys.executable, "-c", "import os; print(os.getuid()); "
+              f"os.write(int(os.environ['COURSEKIT_RESULT_FD']), b'ok')"])
+  print(json.dumps({"mode": sb.mode, "status": r.status, "output": r.output,
+                    "result": r.result.decode()}))

@@ -13,7 +13,10 @@ For each `source/<name>.md` (a jupytext MyST notebook; `.ipynb` works too):
    marked `# NBVAL_CHECK_OUTPUT`;
 2. execute it with its solutions (the reference notebook), failing loudly if
    any cell raises or a check cell prints anything but its summary to stdout;
+   its check cells store their probes' records at seed 0, which become
+   `coursekit/expected/<name>.json` (what the stub's check cells compare with);
 3. make the stub: each solution block becomes `raise NotImplementedError(...)`,
+   each statement's metadata lists what the exercise removes (`removes`),
    check cells keep the reference run's outputs (nbval compares against them),
    every other output is cleared, and the JSON is written deterministically.
 """
@@ -170,9 +173,23 @@ def coalesce_streams(outputs: list) -> list:
   return merged
 
 
-def reference(path: Path) -> nbformat.NotebookNode:
-  """The executed reference notebook (solutions kept) of one source."""
-  nb = execute(read_source(path))
+def reference(path: Path) -> tuple[nbformat.NotebookNode, str]:
+  """The executed reference notebook (solutions kept) of one source, and its
+  probes' records at seed 0 (JSON: what the stub's check cells compare with)."""
+  import os
+  import tempfile
+  with tempfile.TemporaryDirectory() as tmp:
+    old = os.environ.get("COURSEKIT_RECORD")
+    os.environ["COURSEKIT_RECORD"] = tmp   # the kernel's check cells store, not compare
+    try:
+      nb = execute(read_source(path))
+    finally:
+      if old is None:
+        os.environ.pop("COURSEKIT_RECORD")
+      else:
+        os.environ["COURSEKIT_RECORD"] = old
+    recorded = Path(tmp) / f"{path.stem}.json"
+    expected = recorded.read_text() if recorded.exists() else ""
   for cell in nb.cells:
     if cell.cell_type == "code":
       cell.outputs = coalesce_streams(cell.outputs)
@@ -182,7 +199,7 @@ def reference(path: Path) -> nbformat.NotebookNode:
             and outs[0].name == "stdout" and outs[0].text.strip()):
       raise SourceError(f"{path.name}: check cell of exercise {ex} should print one "
                         f"summary to stdout and nothing else; it gave {outs}")
-  return normalized(nb)
+  return normalized(nb), expected
 
 
 def normalized(nb) -> nbformat.NotebookNode:
@@ -214,13 +231,17 @@ def fold_hints(markdown: str) -> str:
           f"{hint}\n\n</details>\n")
 
 
-def make_stub(ref) -> nbformat.NotebookNode:
-  """The learner's notebook, from an executed reference notebook."""
+def make_stub(ref, part: str) -> nbformat.NotebookNode:
+  """The learner's notebook, from an executed reference notebook. Each statement's
+  metadata names what the exercise removes from the grader's learner edition."""
+  from .probe import spec
   stub = copy.deepcopy(ref)
   exs = exercises(stub)
   titles = {ex: entry["title"] for ex, entry in exs.items()}
   for cell in stub.cells:
     role = cell.metadata.get("role")
+    if role == "statement":
+      cell.metadata["removes"] = sorted(spec(part, str(cell.metadata["exercise"])).removes)
     if cell.cell_type == "markdown":
       cell.source = fold_hints(cell.source)
     if cell.cell_type != "code":
@@ -242,14 +263,18 @@ def dumps(nb) -> str:
   return text if text.endswith("\n") else text + "\n"
 
 
-def build(path: Path) -> tuple[nbformat.NotebookNode, str]:
-  """(executed reference notebook, stub JSON) for one source."""
-  ref = reference(path)
-  return ref, dumps(make_stub(ref))
+def build(path: Path) -> tuple[nbformat.NotebookNode, str, str]:
+  """(executed reference notebook, stub JSON, expected records JSON) for one source."""
+  ref, expected = reference(path)
+  return ref, dumps(make_stub(ref, path.stem)), expected
 
 
 def stub_path(source: Path) -> Path:
   return EXERCISES / f"{source.stem}.ipynb"
+
+
+def expected_path(source: Path) -> Path:
+  return Path(__file__).resolve().parent / "expected" / f"{source.stem}.json"
 
 
 # --- Command line ----------------------------------------------------------------------
@@ -272,24 +297,26 @@ def main(argv=None) -> int:
   stale = []
   for path in paths:
     try:
-      ref, stub = build(path)
+      ref, stub, expected = build(path)
     except SourceError as e:
       print(f"error: {path.name}: {e}", file=sys.stderr)
       return 1
-    target = stub_path(path)
-    old = target.read_text() if target.exists() else None
     if args.solutions:
       args.solutions.mkdir(parents=True, exist_ok=True)
-      (args.solutions / target.name).write_text(dumps(ref))
-    if args.check:
-      if old != stub:
-        stale.append(target)
-      print(f"{target.relative_to(EXERCISES.parent)}: {'STALE' if old != stub else 'up to date'}")
-    elif old != stub:
-      target.write_text(stub)
-      print(f"wrote {target.relative_to(EXERCISES.parent)}")
-    else:
-      print(f"{target.relative_to(EXERCISES.parent)}: unchanged")
+      (args.solutions / stub_path(path).name).write_text(dumps(ref))
+    for target, text in ((stub_path(path), stub), (expected_path(path), expected)):
+      old = target.read_text() if target.exists() else None
+      name = target.relative_to(EXERCISES.parent)
+      if args.check:
+        if old != text:
+          stale.append(target)
+        print(f"{name}: {'STALE' if old != text else 'up to date'}")
+      elif old != text:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+        print(f"wrote {name}")
+      else:
+        print(f"{name}: unchanged")
   if stale:
     print("stale stubs: run `make exercises` and commit them", file=sys.stderr)
     return 1

@@ -1,0 +1,301 @@
+"""Probes: what an exercise's check measures, as values.
+
+Every exercise has one probe, a function in `coursekit/probes/<part>.py`:
+
+    @probe("1.2", answers=("tanh_jvp",))
+    def probe_1_2(p, tanh_jvp):
+      x = p.rng.normal(size=7)                       # inputs come from the seeded rng
+      with ad.jvp_rules.override(lax.tanh_p, tanh_jvp):
+        y, y_dot = p.call("jvp of tanh", adx.jvp, lax.tanh, (x,), (np.ones(7),))
+      p.value("primal output", y)
+      p.value("tangent output", y_dot)
+
+It runs the learner's answers (looked up by name in the notebook's namespace)
+on inputs drawn from `p.rng` and records, in order, labelled values: arrays,
+numbers, strings, structures, and the names of exceptions raised. It never
+decides whether they are right. That is `compare`'s job, which holds the
+learner's records against the reference solution's records for the same
+seed, using only the reference's labels and tolerances.
+
+The same probe serves two places:
+
+* In JupyterLab, a check cell calls `checks.check("1.2", globals())`: the probe
+  runs in the learner's kernel at seed 0 and is compared with the reference's
+  seed-0 records, stored beside the stubs by `make exercises`. Instant feedback.
+* The grader runs it in a sandbox per (submission, exercise), at a seed of its
+  choosing, against a learner edition of the library in which the exercise's
+  targets are absent, and compares outside the sandbox (`coursekit.grade`).
+
+So a learner's notebook can only change its own records: editing a check cell,
+or patching anything, can never make a wrong answer's values right.
+"""
+from __future__ import annotations
+
+import importlib
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+RTOL, ATOL = 1e-7, 1e-9
+MESSAGE_LIMIT = 300
+
+
+class Stop(Exception):
+  """Ends a probe early: the learner's code raised (the error is recorded)."""
+
+
+@dataclass
+class Spec:
+  exercise: str
+  fn: object
+  answers: tuple          # names the probe takes from the notebook
+  removes: dict           # {"autodidax.module:function": answer name or None}: see edition.py
+  optional: tuple = ()    # names passed as None when the notebook lacks them
+
+
+REGISTRY: dict[str, Spec] = {}
+
+
+def probe(exercise: str, answers=(), removes=None, optional=()):
+  """Register `fn(p, *answers)` as the probe of `exercise`, which asks the learner
+  to write the library functions named in `removes` (absent from the grader's
+  learner edition; each mapped to the answer that takes its place)."""
+  def register(fn):
+    REGISTRY[exercise] = Spec(exercise, fn, tuple(answers), dict(removes or {}), tuple(optional))
+    return fn
+  return register
+
+
+def module_of(part: str) -> str:
+  return f"coursekit.probes.{part}"
+
+
+def spec(part: str, exercise: str) -> Spec:
+  importlib.import_module(module_of(part))
+  return REGISTRY[exercise]
+
+
+# --- Recording -------------------------------------------------------------------------
+
+def encode(x, depth=0):
+  """A JSON-able description of a value, for `compare`."""
+  if depth > 20:
+    return {"k": "other", "type": "too deeply nested"}
+  if x is None or isinstance(x, (bool, str)):
+    return {"k": "py", "v": x}
+  if isinstance(x, int) and not isinstance(x, bool):
+    return {"k": "py", "v": x} if abs(x) < 2**62 else {"k": "py", "v": float(x)}
+  if isinstance(x, float):
+    return {"k": "py", "v": x if math.isfinite(x) else repr(x), "float": True}
+  if isinstance(x, (tuple, list)):
+    return {"k": type(x).__name__, "items": [encode(v, depth + 1) for v in x]}
+  if isinstance(x, dict):
+    return {"k": "dict", "items": {str(k): encode(v, depth + 1) for k, v in x.items()}}
+  if type(x).__name__.endswith("Tracer"):
+    return {"k": "other", "type": f"a tracer ({type(x).__name__})"}
+  if isinstance(x, np.ndarray | np.generic) or hasattr(x, "__array__"):
+    try:
+      a = np.asarray(x)
+    except Exception as e:  # noqa: BLE001 (a learner's object)
+      return {"k": "other", "type": f"{type(x).__name__} (np.asarray raised {type(e).__name__})"}
+    if a.dtype == object:
+      return {"k": "other", "type": f"an object array ({type(x).__name__})"}
+    data = a.astype(np.float64) if a.dtype.kind in "fc" and a.dtype.kind != "c" else a
+    flat = [v if not isinstance(v, float) or math.isfinite(v) else repr(v)
+            for v in data.ravel().tolist()]
+    return {"k": "array", "dtype": str(a.dtype), "shape": list(a.shape), "data": flat}
+  return {"k": "other", "type": type(x).__name__}
+
+
+def short(text) -> str:
+  text = " ".join(str(text).split())
+  return text if len(text) <= MESSAGE_LIMIT else text[:MESSAGE_LIMIT - 1] + "…"
+
+
+class Probe:
+  """What a probe function receives: the seeded rng and the recording methods."""
+
+  def __init__(self, exercise: str, seed: int):
+    self.exercise, self.seed = exercise, seed
+    self.rng = np.random.default_rng(seed)
+    self.records: list[dict] = []
+
+  def value(self, label: str, x, rtol=RTOL, atol=ATOL, dtype=True, secret=False):
+    """Record `x` (compared with tolerances `rtol`/`atol`; `dtype=False` ignores dtypes).
+    `secret`: an answer to a question, stored in the stubs as a hash only (exact match)."""
+    record = {"label": label, "value": encode(x), "rtol": rtol, "atol": atol, "dtype": dtype}
+    if secret:
+      record["secret"] = True
+    self.records.append(record)
+    return x
+
+  def call(self, label: str, fn, *args, **kwargs):
+    """`fn(*args, **kwargs)`, code that runs the learner's answer. If it raises,
+    the error is recorded under `label` and the probe stops."""
+    try:
+      return fn(*args, **kwargs)
+    except Exception as e:  # noqa: BLE001 (the learner's code may raise anything)
+      self.error(label, e)
+      raise Stop from None
+
+  def error(self, label, e):
+    kind = "todo" if isinstance(e, NotImplementedError) else "error"
+    self.records.append({"label": label, "value": {"k": kind, "type": type(e).__name__,
+                                                    "message": short(e)}})
+
+  def raises(self, label: str, fn, *args, **kwargs):
+    """Record the name of the exception `fn(...)` raises ("no error" if none)."""
+    try:
+      fn(*args, **kwargs)
+    except NotImplementedError as e:
+      self.error(label, e)
+      raise Stop from None
+    except Exception as e:  # noqa: BLE001
+      return self.value(label, f"raises {type(e).__name__}")
+    return self.value(label, "no error")
+
+
+def run(spec: Spec, namespace: dict, seed: int) -> list[dict]:
+  """Run a probe on the answers found in `namespace`; its records."""
+  p = Probe(spec.exercise, seed)
+  args = []
+  for name in spec.answers + spec.optional:
+    if name in namespace:
+      args.append(namespace[name])
+    elif name in spec.optional:
+      args.append(None)
+    else:
+      p.records.append({"label": f"the notebook defines `{name}`", "value": {
+          "k": "todo", "type": "NameError",
+          "message": f"no `{name}` in the notebook: Exercise {spec.exercise} asks you to "
+                     f"define it (run its cell first)"}})
+      return p.records
+  try:
+    spec.fn(p, *args)
+  except Stop:
+    pass
+  except Exception as e:  # noqa: BLE001 (outside p.call: still the learner's doing, or a bug)
+    p.error("running the check", e)
+  return p.records
+
+
+# --- Comparing -----------------------------------------------------------------------------
+
+def _values_close(got, want, rtol, atol) -> bool:
+  g = np.array([np.nan if isinstance(v, str) and v == "nan" else float(v) if isinstance(v, str)
+                else v for v in got["data"]], dtype=np.float64)
+  w = np.array([np.nan if isinstance(v, str) and v == "nan" else float(v) if isinstance(v, str)
+                else v for v in want["data"]], dtype=np.float64)
+  return bool(np.allclose(g, w, rtol=rtol, atol=atol, equal_nan=True))
+
+
+def describe(v) -> str:
+  k = v.get("k")
+  if k == "array":
+    return f"an array of shape {tuple(v['shape'])} and dtype {v['dtype']}"
+  if k == "py":
+    return repr(v["v"])
+  if k in ("tuple", "list"):
+    return f"a {k} of length {len(v['items'])}"
+  if k == "dict":
+    return f"a dict with keys {sorted(v['items'])}"
+  if k in ("error", "todo"):
+    return f"{v.get('type')}: {v.get('message')}"
+  return str(v.get("type", k))
+
+
+def _preview(data, shape) -> str:
+  a = np.array([float(x) if not isinstance(x, str) else np.nan for x in data])
+  with np.printoptions(precision=6, suppress=True, threshold=20):
+    return str(a.reshape(shape)) if a.size else "[]"
+
+
+def diff(got: dict, want: dict, rtol, atol, dtype=True) -> str | None:
+  """None if `got` matches `want`, else what differs."""
+  kg, kw = got.get("k"), want.get("k")
+  if kw == "hash":   # a secret answer: only its hash is known here
+    import hashlib
+    import json
+    sha = hashlib.sha256(json.dumps(got, sort_keys=True).encode()).hexdigest()
+    return None if sha == want.get("sha") else "that is not the right answer"
+  if kw in ("error", "todo"):
+    if kg == kw and got.get("type") == want.get("type"):
+      return None
+    return f"expected {want.get('type')} to be raised, got {describe(got)}"
+  if kg in ("error", "todo") or kg != kw:
+    return f"expected {describe(want)}, got {describe(got)}"
+  if kw == "array":
+    if got["shape"] != want["shape"]:
+      return f"expected shape {tuple(want['shape'])}, got shape {tuple(got['shape'])}"
+    if dtype and got["dtype"] != want["dtype"]:
+      return f"expected dtype {want['dtype']}, got dtype {got['dtype']}"
+    if want["dtype"] in ("bool",) or want["dtype"].startswith(("int", "uint")):
+      same = got["data"] == want["data"]
+    else:
+      same = _values_close(got, want, rtol, atol)
+    if same:
+      return None
+    return (f"values differ\nexpected:\n{_preview(want['data'], want['shape'])}\n"
+            f"got:\n{_preview(got['data'], got['shape'])}")
+  if kw == "py":
+    g, w = got.get("v"), want.get("v")
+    if want.get("float") and isinstance(g, (int, float)) and isinstance(w, (int, float)):
+      return None if math.isclose(g, w, rel_tol=rtol, abs_tol=atol) else f"expected {w!r}, got {g!r}"
+    return None if type(g) is type(w) and g == w else f"expected {w!r}, got {g!r}"
+  if kw in ("tuple", "list"):
+    gi, wi = got["items"], want["items"]
+    if len(gi) != len(wi):
+      return f"expected a {kw} of length {len(wi)}, got one of length {len(gi)}"
+    for i, (g, w) in enumerate(zip(gi, wi)):
+      d = diff(g, w, rtol, atol, dtype)
+      if d:
+        return f"item {i}: {d}"
+    return None
+  if kw == "dict":
+    if sorted(got["items"]) != sorted(want["items"]):
+      return f"expected keys {sorted(want['items'])}, got {sorted(got['items'])}"
+    for key, w in want["items"].items():
+      d = diff(got["items"][key], w, rtol, atol, dtype)
+      if d:
+        return f"[{key!r}]: {d}"
+    return None
+  return None if got.get("type") == want.get("type") else (
+      f"expected {describe(want)}, got {describe(got)}")
+
+
+@dataclass
+class Verdict:
+  passed: bool
+  count: int                 # records that matched
+  label: str = ""            # the first record that did not
+  message: str = ""
+  todo: bool = False         # the learner's answer says "not done yet"
+  notes: list = field(default_factory=list)
+
+
+def compare(got: list, want: list) -> Verdict:
+  """Hold the learner's records `got` against the reference's `want`.
+
+  Only `want` supplies labels and tolerances; `got` supplies values. Records
+  are matched in order."""
+  if not isinstance(got, list):
+    return Verdict(False, 0, "the probe", "returned no records")
+  for i, w in enumerate(want):
+    g = got[i] if i < len(got) and isinstance(got[i], dict) else None
+    gv = g.get("value") if g is not None else None
+    if not isinstance(gv, dict):
+      return Verdict(False, i, w["label"], "the check stopped before this point")
+    if gv.get("k") == "todo" and w["value"].get("k") != "todo":
+      return Verdict(False, i, g.get("label") or w["label"], short(gv.get("message")), todo=True)
+    if g.get("label") != w["label"]:
+      if gv.get("k") == "error":
+        return Verdict(False, i, str(g.get("label")), f"raised {describe(gv)}")
+      return Verdict(False, i, w["label"], "the check did something else here "
+                     f"(recorded {short(g.get('label'))!r})")
+    d = diff(gv, w["value"], w.get("rtol", RTOL), w.get("atol", ATOL), w.get("dtype", True))
+    if d:
+      return Verdict(False, i, w["label"], d)
+  if len(got) > len(want):
+    return Verdict(False, len(want), "the check", "recorded more than the reference did")
+  return Verdict(True, len(want))

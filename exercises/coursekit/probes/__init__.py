@@ -1,0 +1,1 @@
+"""One module per chapter: the probes of its exercises (see coursekit/probe.py)."""

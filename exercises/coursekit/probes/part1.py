@@ -1,0 +1,192 @@
+"""Probes of Part 1's exercises: transformations as interpreters.
+
+Each probe runs the learner's answer on inputs from `p.rng` and records what
+comes out; the reference solution's records at the same seed decide.
+"""
+import numpy as np
+
+import autodidax as adx
+import autodidax.numpy as anp
+from autodidax import ad, batching, core, lax
+from autodidax.ad import Zero, instantiate_zeros
+
+from ..checks import recorded_binds
+from ..probe import probe
+
+
+@probe("1.1", answers=("full_raise",), removes={"autodidax.core:full_raise": "full_raise"})
+def probe_1_1(p, full_raise):
+  boxed = []   # how SpyTrace boxed values: "pure" or "lift"
+
+  class SpyTrace(ad.JVPTrace):   # a real JVP interpreter that records its boxing
+    def pure(self, val):
+      boxed.append("pure")
+      return super().pure(val)
+
+    def lift(self, val):
+      boxed.append("lift")
+      return super().lift(val)
+
+  def box(what, trace, val):
+    boxed.clear()
+    out = p.call(what, full_raise, trace, val)
+    p.value(f"{what}: the boxing methods called", list(boxed))
+    return out
+
+  with core.new_main(SpyTrace) as lower, core.new_main(SpyTrace) as upper:
+    x = ad.JVPTracer(SpyTrace(lower), p.rng.normal(), 1.)
+    y = ad.JVPTracer(SpyTrace(upper), p.rng.normal(), 1.)
+    for what, const in (("a scalar constant", float(p.rng.normal())),
+                        ("an array constant", p.rng.normal(size=3))):
+      r = box(f"boxing {what}", SpyTrace(upper), const)
+      p.value(f"boxing {what}: a tracer of the upper interpreter",
+              isinstance(r, ad.JVPTracer) and r._trace.main is upper)
+      p.value(f"boxing {what}: its primal is the constant itself", getattr(r, "primal", None) is const)
+    r = box("a tracer of the same interpreter (a new Trace object)", SpyTrace(upper), y)
+    p.value("a tracer of the same interpreter comes back as is", r is y)
+    r = box("a tracer of a lower interpreter", SpyTrace(upper), x)
+    p.value("a lower tracer is boxed by the upper interpreter, around the tracer",
+            getattr(getattr(r, "_trace", None), "main", None) is upper
+            and getattr(r, "primal", None) is x)
+    p.raises("boxing a tracer of a higher interpreter", full_raise, SpyTrace(lower), y)
+
+  # Where `bind` finds it, inside nested transformations.
+  x0 = float(p.rng.uniform(-1, 1))
+  f = lambda x: adx.jvp(lambda y: anp.sin(x * y) * y, (x,), (1.,))[1]
+  d = p.call("jvp of a jvp that closes over x", adx.jvp, f, (x0,), (1.,))
+  p.value("jvp of a jvp that closes over x (primal)", d[0])
+  p.value("jvp of a jvp that closes over x (tangent)", d[1])
+  xs = p.rng.uniform(-1, 1, size=5)
+  g = adx.vmap(lambda x: adx.jvp(lambda y: anp.tanh(x * y), (2.,), (1.,))[1])
+  p.value("vmap of a jvp that closes over the batched x", p.call("vmap of a jvp", g, xs))
+
+
+@probe("1.2", answers=("tanh_jvp",), removes={"autodidax.ad:_tanh_jvp": None})
+def probe_1_2(p, tanh_jvp):
+  with ad.jvp_rules.override(lax.tanh_p, tanh_jvp):
+    for shape in [(), (7,), (2, 3)]:
+      x, t = 1.5 * p.rng.normal(size=shape), p.rng.normal(size=shape)
+      y, y_dot = p.call(f"jvp of tanh, shape {shape}", adx.jvp, lax.tanh, (x,), (t,))
+      p.value(f"jvp of tanh, shape {shape}: primal output", y)
+      p.value(f"jvp of tanh, shape {shape}: tangent output", y_dot)
+    for i in range(2):
+      x = float(p.rng.uniform(-2, 2))
+      d2 = p.call("a second derivative (a jvp of a jvp, where x is a tracer)",
+                  lambda: adx.jvp(lambda x: adx.jvp(lax.tanh, (x,), (1.,))[1], (x,), (1.,))[1])
+      p.value(f"second derivative at point {i}", d2)
+    x = p.rng.normal(size=2)
+    y, y_dot = p.call("tanh_jvp with a symbolic Zero tangent", tanh_jvp, (x,), (Zero.from_value(x),))
+    p.value("primal output for a Zero tangent", y)
+    p.value("a Zero tangent in gives a zero tangent out", instantiate_zeros(y_dot))
+
+
+def _leaf(p):
+  return float(np.round(p.rng.normal(), 3))
+
+
+@probe("1.3", answers=("tree_flatten", "tree_unflatten"),
+       removes={"autodidax.tree_util:tree_flatten": "tree_flatten",
+                "autodidax.tree_util:tree_unflatten": "tree_unflatten",
+                "autodidax.tree_util:_flatten": None, "autodidax.tree_util:_unflatten": None})
+def probe_1_3(p, tree_flatten, tree_unflatten):
+  L = lambda: _leaf(p)
+  trees = [L(), p.rng.normal(size=3), (), None, [None], (L(), [L(), L()]),
+           {"b": L(), "a": (L(), None, [L()]), "c": {}},
+           [p.rng.normal(size=2), {"y": [L(), (L(),)], "x": (4,)}, "a string leaf"],
+           ((L(),),), {"k": [[], [L()]]}]
+  for i, tree in enumerate(trees):
+    originals = []
+    def collect(t):   # the objects that can be leaves, to check that no leaf is a copy
+      if type(t) in (tuple, list):
+        [collect(c) for c in t]
+      elif type(t) is dict:
+        [collect(c) for c in t.values()]
+      else:
+        originals.append(t)
+    collect(tree)
+    leaves, treedef = p.call(f"tree_flatten of tree {i}", tree_flatten, tree)
+    p.value(f"tree {i}: tree_flatten returns a list", type(leaves) is list)
+    p.value(f"tree {i}: the leaves, in order", leaves)
+    p.value(f"tree {i}: the leaves are the tree's own objects, not copies",
+            all(any(l is o for o in originals) for l in leaves))
+    p.value(f"tree {i}: tree_unflatten(treedef, leaves) rebuilds it",
+            p.call(f"tree_unflatten of tree {i}", tree_unflatten, treedef, leaves))
+    new = [f"leaf{j}" for j in range(len(leaves))]
+    p.value(f"tree {i}: tree_unflatten puts new leaves in place",
+            p.call(f"tree_unflatten of tree {i} with new leaves", tree_unflatten, treedef, new))
+  pairs = [((1., 2.), (3., 4.)), ({"a": 1., "b": [2.]}, {"b": [5.], "a": 6.}),
+           ([None, 1.], [None, np.zeros(3)]), ((1., 2.), [1., 2.]), ({"a": 1.}, {"b": 1.}),
+           ((None,), (1.,)), ([1., [2.]], [[1.], 2.]), (((1.,),), (1.,)), ({"a": 1.}, (1.,))]
+  for i, (a, b) in enumerate(pairs):
+    ta = p.call(f"tree_flatten of pair {i}", tree_flatten, a)[1]
+    tb = p.call(f"tree_flatten of pair {i}", tree_flatten, b)[1]
+    p.value(f"pair {i} ({a!r} and {b!r}): treedefs equal exactly when the structures are",
+            bool(ta == tb))
+
+
+@probe("1.4", answers=("moveaxis",),
+       removes={"autodidax.batching:moveaxis": "moveaxis", "autodidax.numpy:moveaxis": None})
+def probe_1_4(p, moveaxis):
+  for shape in [(5,), (2, 3), (2, 3, 4), (2, 3, 4, 5)]:
+    x = p.rng.normal(size=shape)
+    for src in range(len(shape)):
+      for dst in range(len(shape)):
+        with recorded_binds() as binds:
+          out = p.call(f"moveaxis(x, {src}, {dst}), x of shape {shape}", moveaxis, x, src, dst)
+        p.value(f"moveaxis(x, {src}, {dst}), x of shape {shape}", out)
+        p.value(f"moveaxis(x, {src}, {dst}): one transpose bound (none if nothing moves)",
+                binds == ["transpose"] or (src == dst and binds == []))
+  x, t = p.rng.normal(size=(2, 3, 4)), p.rng.normal(size=(2, 3, 4))
+  _, t_out = p.call("moveaxis under jvp", adx.jvp, lambda x: moveaxis(x, 0, 2), (x,), (t,))
+  p.value("moveaxis under jvp (tangent)", t_out)
+  x, y = p.rng.normal(size=(2, 3, 4)), p.rng.normal(size=(2, 3))
+  f = adx.vmap(lambda a, b: anp.transpose(a) * b, in_axes=(1, 1), out_axes=2)
+  p.value("vmap with in_axes=(1, 1), out_axes=2 (move_batch_axis uses moveaxis)",
+          p.call("vmap with in_axes=(1, 1), out_axes=2", f, x, y))
+
+
+@probe("1.5", answers=("reduce_sum_batch",), removes={"autodidax.batching:_reduce_rule": None})
+def probe_1_5(p, reduce_sum_batch):
+  x = p.rng.normal(size=(2, 3, 4))
+  with batching.vmap_rules.override(lax.reduce_sum_p, reduce_sum_batch):
+    for bdim in range(3):
+      for axes in [(), (0,), (1,), (0, 1)]:
+        what = f"reduce_sum_batch with the batch axis {bdim} and axes={axes}"
+        out, out_dim = p.call(what, reduce_sum_batch, x.shape[bdim], [x], [bdim], axes=axes)
+        ok = isinstance(out_dim, (int, np.integer)) and 0 <= out_dim < np.ndim(out)
+        p.value(f"{what}: out_dim is an axis of the output", bool(ok))
+        if ok:
+          p.value(f"{what} (with the batch axis moved first)", np.moveaxis(np.asarray(out), out_dim, 0))
+    for in_axes in (0, 1, 2):
+      for axis in (0, 1, None):
+        f = adx.vmap(lambda v: anp.sum(v, axis=axis), in_axes=in_axes)
+        p.value(f"vmap(sum(axis={axis}), in_axes={in_axes})",
+                p.call(f"vmap(sum(axis={axis}), in_axes={in_axes})", f, x))
+    nested = adx.vmap(adx.vmap(lambda v: anp.sum(v * v), in_axes=1), in_axes=2)
+    p.value("nested vmap", p.call("nested vmap", nested, x))
+    t = p.rng.normal(size=(2, 3, 4))
+    g = adx.vmap(lambda v: anp.sum(anp.sin(v), axis=0), in_axes=1)
+    y, y_dot = p.call("jvp of vmap", adx.jvp, g, (x,), (t,))
+    p.value("jvp of vmap (primal)", y)
+    p.value("jvp of vmap (tangent)", y_dot)
+
+
+@probe("1.6", answers=("jacfwd",), removes={"autodidax.api:jacfwd": "jacfwd"})
+def probe_1_6(p, jacfwd):
+  w, c = p.rng.normal(size=(2, 3)), p.rng.normal(size=3)
+  cases = [
+      ("R^3 -> R^2", lambda x: anp.sum(anp.sin(x) * w, axis=1), p.rng.normal(size=3)),
+      ("R^3 -> R^3, not symmetric", lambda x: x * anp.sum(x * c), p.rng.normal(size=3)),
+      ("matrix -> scalar", lambda x: anp.sum(anp.exp(x) * x), p.rng.normal(size=(2, 3))),
+      ("scalar -> R^4", lambda x: anp.sin(x * np.arange(1., 5.)), float(p.rng.normal())),
+      ("matrix -> matrix", lambda x: anp.tanh(x) * anp.sum(x, axis=0), p.rng.normal(size=(2, 3))),
+  ]
+  for what, f, x in cases:
+    calls = []
+    def counted(x, f=f):
+      calls.append(1)
+      return f(x)
+    jac = p.call(f"jacfwd(f) for {what}", jacfwd, counted)
+    p.value(f"Jacobian of {what}", p.call(f"jacfwd(f)(x) for {what}", jac, x))
+    p.value(f"{what}: f called once per Jacobian (vmap pushes every basis vector at once)",
+            len(calls))
