@@ -366,10 +366,18 @@ transpose_rules[lax.sub_p] = _sub_transpose
 transpose_rules[lax.mul_p] = _mul_transpose
 transpose_rules[lax.div_p] = _div_transpose
 transpose_rules[neg_p] = lambda ct, x: [lax.neg(ct)]
-transpose_rules[reduce_sum_p] = (
-    lambda ct, x, *, axes: [lax.broadcast(ct, x.aval.shape, axes)])
-transpose_rules[broadcast_p] = (
-    lambda ct, x, *, shape, axes: [lax.reduce_sum(ct, axes)])
+
+
+def _reduce_sum_transpose(ct, x, *, axes):
+  return [lax.broadcast(ct, x.aval.shape, axes)]
+
+
+def _broadcast_transpose(ct, x, *, shape, axes):
+  return [lax.reduce_sum(ct, axes)]
+
+
+transpose_rules[reduce_sum_p] = _reduce_sum_transpose
+transpose_rules[broadcast_p] = _broadcast_transpose
 transpose_rules[transpose_p] = (
     lambda ct, x, *, permutation: [lax.transpose(ct, np.argsort(permutation))])
 transpose_rules[reshape_p] = (
