@@ -250,9 +250,11 @@ def _convert_leaves(xs, dtypes):
           else np.asarray(x).astype(dt) for x, dt in zip(xs, dtypes)]
 
 
-def _join_consts(jaxprs_consts: list) -> tuple[list, list]:
+def join_consts(jaxprs_consts: list) -> tuple[list, list]:
   """Branches traced separately each have their own consts; give every branch
-  all of them (the others' as unused inputs), as cond needs one operand list."""
+  all of them (the others' as unused inputs), as cond needs one operand list.
+  `[(jaxpr, consts), ...]` -> `(jaxprs, all_consts)`: each jaxpr takes
+  `all_consts` first, then its own other inputs."""
   all_consts = [c for _, cs in jaxprs_consts for c in cs]
   out = []
   for j, cs in jaxprs_consts:
@@ -324,7 +326,7 @@ def _bind_cond(index, branches, operands, what):
           tree, _convert_leaves(tree_flatten(f(*a))[0], dts))
       j, cs, _ = _trace_tree(conv, in_tree, in_avals)
     fixed.append((j, cs))
-  jaxprs, consts = _join_consts(fixed)
+  jaxprs, consts = join_consts(fixed)
   outs = cond_p.bind(index, *consts, *ops_flat, branches=tuple(_closed(j) for j in jaxprs))
   return tree_unflatten(out_trees[0], outs)
 
@@ -417,7 +419,7 @@ def _cond_jvp(primals, tangents, *, branches):
     _, _, nz = _jvp_jaxpr(br.jaxpr, tuple(ops_nz), tuple(out_nz))
     out_nz = [a or b for a, b in zip(out_nz, nz)]
   traced = [_jvp_jaxpr(br.jaxpr, tuple(ops_nz), tuple(out_nz))[:2] for br in branches]
-  jaxprs, consts = _join_consts(traced)
+  jaxprs, consts = join_consts(traced)
   dots = [instantiate_zeros(t) for t, nz in zip(tangents[1:], ops_nz) if nz]
   outs = cond_p.bind(index, *consts, *ops, *dots, branches=tuple(_closed(j) for j in jaxprs))
   n = len(out_nz)
@@ -431,10 +433,11 @@ ad.jvp_rules[cond_p] = _cond_jvp
 # --- Batching a jaxpr, shared by the three rules --------------------------------------------
 
 @_cache
-def _vmap_jaxpr(jaxpr: Jaxpr, axis_size: int, in_batched: tuple, force: tuple):
+def batch_jaxpr(jaxpr: Jaxpr, axis_size: int, in_batched: tuple, force: tuple):
   """A jaxpr over inputs batched at axis 0 (where `in_batched`). Outputs that
-  are batched, or `force`d, come out batched at axis 0. Returns (jaxpr,
-  consts, out_batched)."""
+  are batched, or `force`d, come out batched at axis 0 (`in_batched` and
+  `force`: tuples of bools). Returns (jaxpr, consts, out_batched); the
+  jaxpr takes `consts` first."""
   out_b: list = []
 
   def fun(*args):
@@ -467,18 +470,25 @@ def _cond_vmap(axis_size, vals_in, dims_in, *, branches):
   if idim is not_mapped:
     out_b = [False] * n_out
     for br in branches:
-      out_b = [a or b for a, b in zip(out_b, _vmap_jaxpr(br.jaxpr, axis_size, in_b, tuple(out_b))[2])]
-    traced = [_vmap_jaxpr(br.jaxpr, axis_size, in_b, tuple(out_b))[:2] for br in branches]
-    jaxprs, consts = _join_consts(traced)
+      out_b = [a or b for a, b in zip(out_b, batch_jaxpr(br.jaxpr, axis_size, in_b, tuple(out_b))[2])]
+    traced = [batch_jaxpr(br.jaxpr, axis_size, in_b, tuple(out_b))[:2] for br in branches]
+    jaxprs, consts = join_consts(traced)
     outs = cond_p.bind(index, *consts, *ops, branches=tuple(_closed(j) for j in jaxprs))
     return outs, [0 if b else not_mapped for b in out_b]
-  # A batched predicate: each batch element may take a different branch, so
-  # every branch runs (on the whole batch) and select_n picks per element.
+  # A batched predicate: each batch element may take a different branch.
   index = clamp(np.int32(0), _to0(axis_size, index, idim), np.int32(len(branches) - 1))
+  outs = _cond_vmap_batched_index(axis_size, index, ops, in_b, branches)
+  return outs, [0] * n_out
+
+
+def _cond_vmap_batched_index(axis_size, index, ops, in_batched, branches):
+  """Every branch runs on the whole batch, and select_n picks per element.
+  `index`: int32[axis_size], clamped; `ops` batched at axis 0 where `in_batched`."""
+  n_out = len(branches[0].out_avals)
   force = (True,) * n_out
   results = []
   for br in branches:
-    j, consts, _ = _vmap_jaxpr(br.jaxpr, axis_size, in_b, force)
+    j, consts, _ = batch_jaxpr(br.jaxpr, axis_size, tuple(in_batched), force)
     results.append(eval_jaxpr(j, [], *consts, *ops))
   outs = []
   for k in range(n_out):
@@ -486,7 +496,7 @@ def _cond_vmap(axis_size, vals_in, dims_in, *, branches):
     shape = np.shape(cases[0])
     which = index if len(shape) == 1 else lax.broadcast(index, shape, range(1, len(shape)))
     outs.append(select_n(which, *cases))
-  return outs, [0] * n_out
+  return outs
 
 
 batching.vmap_rules[cond_p] = _cond_vmap
@@ -621,7 +631,7 @@ def _cond_transpose(cts, index, *ops, branches):
     raise ValueError("cond is not linear in its branch index")
   undefined = tuple(ad.is_undefined_primal(x) for x in ops)
   traced = [transpose_jaxpr(br.jaxpr, undefined) for br in branches]
-  jaxprs, consts = _join_consts(traced)
+  jaxprs, consts = join_consts(traced)
   residuals = [x for x in ops if not ad.is_undefined_primal(x)]
   cts = [instantiate_zeros(ct) for ct in cts]
   outs = iter(cond_p.bind(index, *consts, *residuals, *cts,
@@ -784,18 +794,18 @@ def _while_vmap(axis_size, vals_in, dims_in, *, cond_jaxpr, body_jaxpr, cond_nco
   cc, bc, carry = vals[:nc], vals[nc:nc + nb], vals[nc + nb:]
   cc_b, bc_b, carry_b = bat[:nc], bat[nc:nc + nb], bat[nc + nb:]
   while True:   # fixpoint: a carry that becomes batched stays batched
-    _, _, out_b = _vmap_jaxpr(body_jaxpr.jaxpr, axis_size, tuple(bc_b + carry_b), tuple(carry_b))
+    _, _, out_b = batch_jaxpr(body_jaxpr.jaxpr, axis_size, tuple(bc_b + carry_b), tuple(carry_b))
     new = [a or b for a, b in zip(carry_b, out_b)]
     if new == carry_b:
       break
     carry_b = new
-  _, _, (pred_b,) = _vmap_jaxpr(cond_jaxpr.jaxpr, axis_size, tuple(cc_b + carry_b), (False,))
+  _, _, (pred_b,) = batch_jaxpr(cond_jaxpr.jaxpr, axis_size, tuple(cc_b + carry_b), (False,))
   if pred_b:   # elements finish at different times: every carry is batched
     carry_b = [True] * len(carry)
   carry = [move_batch_axis(axis_size, not_mapped, 0, x) if b and not was else x
            for x, b, was in zip(carry, carry_b, bat[nc + nb:])]
-  bj, bjc, _ = _vmap_jaxpr(body_jaxpr.jaxpr, axis_size, tuple(bc_b + carry_b), tuple(carry_b))
-  cj, cjc, _ = _vmap_jaxpr(cond_jaxpr.jaxpr, axis_size, tuple(cc_b + carry_b), (pred_b,))
+  bj, bjc, _ = batch_jaxpr(body_jaxpr.jaxpr, axis_size, tuple(bc_b + carry_b), tuple(carry_b))
+  cj, cjc, _ = batch_jaxpr(cond_jaxpr.jaxpr, axis_size, tuple(cc_b + carry_b), (pred_b,))
   if not pred_b:
     outs = while_p.bind(*cjc, *cc, *bjc, *bc, *carry, cond_jaxpr=_closed(cj),
                         body_jaxpr=_closed(bj), cond_nconsts=len(cjc) + nc,
@@ -1088,14 +1098,14 @@ def _scan_vmap(axis_size, vals_in, dims_in, *, jaxpr, num_consts, num_carry, len
   consts_b, carry_b, xs_b = bat[:nc], bat[nc:nc + ncar], bat[nc + ncar:]
   n_ys = len(jaxpr.out_avals) - ncar
   while True:
-    _, _, out_b = _vmap_jaxpr(jaxpr.jaxpr, axis_size, tuple(consts_b + carry_b + xs_b),
-                              tuple(carry_b + [False] * n_ys))
+    _, _, out_b = batch_jaxpr(jaxpr.jaxpr, axis_size, tuple(consts_b + carry_b + xs_b),
+                             tuple(carry_b + [False] * n_ys))
     new = [a or b for a, b in zip(carry_b, out_b[:ncar])]
     if new == carry_b:
       break
     carry_b = new
-  j, jc, out_b = _vmap_jaxpr(jaxpr.jaxpr, axis_size, tuple(consts_b + carry_b + xs_b),
-                             tuple(carry_b + [False] * n_ys))
+  j, jc, out_b = batch_jaxpr(jaxpr.jaxpr, axis_size, tuple(consts_b + carry_b + xs_b),
+                            tuple(carry_b + [False] * n_ys))
   consts = [_to0(axis_size, x, d) for x, d in zip(vals_in[:nc], dims_in[:nc])]
   carry = [move_batch_axis(axis_size, d, 0, x) if b else x
            for x, d, b in zip(vals_in[nc:nc + ncar], dims_in[nc:nc + ncar], carry_b)]
