@@ -265,7 +265,10 @@ def probe_4_5(p, backward_pass):
          ("tanh(x) * exp(tanh(x)) + tanh(x)",
           lambda x: anp.sum(anp.tanh(x) * anp.exp(anp.tanh(x)) + anp.tanh(x))),
          ("a jitted function (its transpose runs backward_pass too)",
-          adx.jit(lambda x: anp.sum(anp.sin(x) * x)))]
+          adx.jit(lambda x: anp.sum(anp.sin(x) * x))),
+         ("a cond (a primitive with several outputs)",
+          lambda x: anp.sum(lax.cond(anp.sum(x) > 0., lambda x: (x * x, anp.sin(x)),
+                                     lambda x: (x * 3., x), x)[1] * x))]
   for what, f in fns:   # adx.grad calls ad.backward_pass: the learner's
     p.value(f"grad of {what}", p.call(f"grad of {what}", adx.grad(f), v))
   y, f_vjp = adx.vjp(lambda x: (anp.sin(x), x * 3., x), v)
