@@ -67,10 +67,10 @@ def installed(spec, namespace):
       *path, attr = qualname.split(".")
       for p in path:
         owner = getattr(owner, p)
-      value = namespace.get(name) if name else None
-      if value is None:
-        value = _refuse(spec.exercise, qualname)
       old = getattr(owner, attr)
+      value = namespace.get(name) if name else None
+      if value is None or value is old:   # missing, or the library's own: as in the grader
+        value = _refuse(spec.exercise, qualname)
       stack.enter_context(patched(owner, attr, value))
       for mod in [m for n, m in list(sys.modules.items()) if n.startswith("autodidax")]:
         for alias in [k for k, v in vars(mod).items() if v is old]:   # re-exports too

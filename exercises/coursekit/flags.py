@@ -24,10 +24,11 @@ RISKY = {"importlib": "imports importlib (dynamic imports)", "ctypes": "imports 
 def scan(source: str) -> list[str]:
   """Sorted review flags for one cell of a learner's code."""
   found = set()
-  if any(l.lstrip().startswith(("!", "%")) for l in source.splitlines()):
+  python = neutralize(source)
+  if python.splitlines() != source.splitlines():
     found.add("uses IPython magics or shell commands")
   try:
-    tree = ast.parse(neutralize(source))
+    tree = ast.parse(python)
   except (SyntaxError, ValueError):
     return sorted(found)
   for node in ast.walk(tree):

@@ -235,6 +235,8 @@ def match_part(nb, stubs: dict[str, Stub], forced: str | None) -> tuple[str | No
     return forced, ""
   meta = nb.get("metadata", {}).get("coursekit", {})
   claimed = meta.get("part") if isinstance(meta, dict) else None
+  odd = f"its chapter metadata ({clean(claimed, 40)}) is not a chapter's name; " \
+      if claimed is not None and not isinstance(claimed, str) else ""
   if not isinstance(claimed, str):
     claimed = None
   ids = {c.get("id") for c in nb.cells}
@@ -249,7 +251,8 @@ def match_part(nb, stubs: dict[str, Stub], forced: str | None) -> tuple[str | No
   if best is not None and scores[best] > 0:
     if claimed:
       return best, f"graded as {best}: its metadata says {claimed}, but its cells are {best}'s"
-    return best, f"graded as {best}: no chapter metadata; its cells and names are {best}'s"
+    return best, (f"graded as {best}: {odd or 'no chapter metadata; '}its cells and names "
+                  f"are {best}'s")
   return None, ("can't tell which chapter this is: it has none of any chapter's cell ids or "
                 "answer names (pass --part, or start from the chapter's stub notebook)")
 
@@ -411,7 +414,7 @@ class Workspace:
     edition = self.edition(part, exercise)
     job = json.dumps({"part": part, "exercise": exercise, "seed": seed,
                       "cells": [[c["kind"], c["source"]] for c in cells]}).encode()
-    command = [sys.executable, "-m", "coursekit.runner"]
+    command = [self.sandbox.python, "-m", "coursekit.runner"]
     if self.sandbox.enabled:
       r = self.sandbox.run(command, job, binds={edition: "/course/lib", self.kit: "/course/kit"},
                            env={"PYTHONPATH": "/course/lib:/course/kit"})
@@ -427,15 +430,19 @@ class Workspace:
 def parse_outcome(r, opts: Options) -> Outcome:
   """Read the runner's result (JSON), untrusted: anything malformed is just a failure."""
   out = Outcome(r.status)
-  try:
-    data = json.loads(r.result.decode("utf-8", "replace")) if r.result else None
-  except (ValueError, RecursionError):
-    data = None
-  if isinstance(data, dict):
-    out.cells = data.get("cells") if isinstance(data.get("cells"), list) else []
-    out.records = data.get("records") if isinstance(data.get("records"), list) else None
-    imports = data.get("imports")
-    out.imports = [str(i) for i in imports][:20] if isinstance(imports, list) else []
+  for line in r.result.decode("utf-8", "replace").splitlines():
+    try:
+      data = json.loads(line)
+    except (ValueError, RecursionError):
+      continue
+    if not isinstance(data, dict):
+      continue
+    if isinstance(data.get("cell"), dict):
+      out.cells.append(data["cell"])
+    elif isinstance(data.get("records"), list):
+      out.records = data["records"]
+      imports = data.get("imports")
+      out.imports = [str(i) for i in imports][:20] if isinstance(imports, list) else []
   if r.output_bytes > 64_000:
     out.output_note = f"printed {r.output_bytes / 1e6:.1f} MB (kept the first 64 kB)"
   if r.result_truncated:
@@ -447,7 +454,7 @@ def parse_outcome(r, opts: Options) -> Outcome:
     if r.oom:
       out.why += f" after it reached its memory limit ({opts.memory_mib} MiB)"
   elif r.status == "exited" and out.records is None:
-    out.why = f"the program exited with status {r.returncode} before the check ran"
+    out.why = f"the program exited with status {r.returncode}"
     tail = r.output.strip().splitlines()[-1:] if r.output.strip() else []
     if tail:
       out.why += f" (last output: {clean(tail[0], 120)})"
@@ -506,6 +513,15 @@ def parse(sub: Submission, stubs: dict[str, Stub], opts: Options) -> Parsed:
   return p
 
 
+def where(got: Outcome, p: Parsed) -> str:
+  """Where a run that gave no result stopped: in which cell, or in the check."""
+  done = len(got.cells)
+  if done < len(p.cells):
+    return f" in cell {done + 1} (your code)" if p.cells[done]["kind"] == "learner" \
+        else f" in the grader's cell {done + 1}"
+  return " while the check ran"
+
+
 def verdict(p: Parsed, ex: str, got: Outcome, want: list, stub: Stub) -> tuple[str, str, list]:
   """(status, reason, notes) of one exercise, decided here, outside any sandbox."""
   notes = []
@@ -521,14 +537,7 @@ def verdict(p: Parsed, ex: str, got: Outcome, want: list, stub: Stub) -> tuple[s
               for i, (c, cell) in enumerate(zip(got.cells, p.cells))
               if isinstance(c, dict) and cell.get("exercise") == ex and c.get("status") != "ok"), "")
   if got.records is None:
-    where = ""
-    done = len(got.cells)
-    if got.status == "timeout" and done < len(p.cells):
-      where = f" in cell {done + 1} (your code)" if p.cells[done]["kind"] == "learner" \
-          else f" in the grader's cell {done + 1}"
-    elif got.status in ("timeout", "killed"):
-      where = " while the check ran"
-    return "fail", (got.why or "the sandbox gave no result") + where, notes
+    return "fail", (got.why or "the sandbox gave no result") + where(got, p), notes
   v = probes.compare(got.records, want)
   if v.passed:
     return "pass", "", notes
@@ -544,6 +553,7 @@ class Grader:
     self.stubs, self.opts, self.progress = stubs, opts, progress
     self.ws = Workspace(opts, stubs)
     self.reference: dict[tuple[str, str], list] = {}
+    self.stopped: dict[str, str] = {}   # submission -> why its code can't run to the end
     self.lock = threading.Lock()
 
   def reference_records(self, part: str, ex: str) -> list:
@@ -584,8 +594,14 @@ class Grader:
     stub = self.stubs[p.part]
     try:
       want = self.reference_records(p.part, ex)
-      got = self.ws.run(p.part, ex, p.cells, self.opts.seed)
-      status, reason, notes = verdict(p, ex, got, want, stub)
+      stopped = self.stopped.get(p.sub.label)
+      if stopped:   # every run of this notebook would stop in the same cell: don't rerun it
+        status, reason, notes = "fail", f"{stopped} (in an earlier run of this notebook)", []
+      else:
+        got = self.ws.run(p.part, ex, p.cells, self.opts.seed)
+        status, reason, notes = verdict(p, ex, got, want, stub)
+        if got.records is None and len(got.cells) < len(p.cells):
+          self.stopped[p.sub.label] = reason
     except SandboxUnavailable:
       raise
     except Exception as e:  # noqa: BLE001 (a grader bug must not stop the batch)

@@ -6,8 +6,8 @@ The job is `{"part", "exercise", "seed", "cells": [[kind, source], ...]}`.
 The cells run in order, in one namespace, each to its first error (which is
 recorded and does not stop the next cell); IPython syntax (`%magic`, `!shell`)
 is neutralized, since there is no IPython here. Then the exercise's probe runs
-on the namespace and the result goes to the result fd as JSON:
-`{"cells": [{"status", "error", "seconds"}], "records": [...], "imports": [...]}`.
+on the namespace. The result fd gets one JSON line per cell as it finishes,
+`{"cell": {"status", "error", "seconds"}}`, then `{"records": [...], "imports": [...]}`.
 
 Nothing here is trusted: the learner's code runs in this process and can
 change anything in it, its own records included. The grader decides outside.
@@ -55,12 +55,11 @@ class _ImportLog:
 
   def find_spec(self, name, path=None, target=None):
     if self.active and name.split(".")[0] in _WATCHED:
-      frame = sys._getframe(1)
-      while frame is not None:
-        if frame.f_code.co_filename.startswith("<cell"):
-          self.found.add(name.split(".")[0])
-          break
+      frame = sys._getframe(1)   # the import statement's frame: past importlib's own
+      while frame is not None and frame.f_code.co_filename.startswith("<frozen"):
         frame = frame.f_back
+      if frame is not None and frame.f_code.co_filename.startswith("<cell"):
+        self.found.add(name.split(".")[0])
     return None
 
 
@@ -78,7 +77,10 @@ def main() -> int:
     pass
   log = _ImportLog()
   sys.meta_path.insert(0, log)
-  cells = []
+  def send(obj):   # one JSON line per event, so a run that dies still says how far it got
+    out.write(json.dumps(obj) + "\n")
+    out.flush()
+
   for i, (kind, source) in enumerate(job["cells"]):
     t0 = time.monotonic()
     status, error = "ok", None
@@ -90,13 +92,12 @@ def main() -> int:
     except BaseException as e:  # noqa: BLE001 (SystemExit, KeyboardInterrupt: the cell's own)
       status, error = "error", f"{type(e).__name__}: {probes.short(e)}"
     log.active = False
-    cells.append({"status": status, "error": error, "seconds": round(time.monotonic() - t0, 3)})
+    send({"cell": {"status": status, "error": error, "seconds": round(time.monotonic() - t0, 3)}})
   sys.stdout.flush()
   t0 = time.monotonic()
   records = probes.run(spec, ns, job["seed"])
-  result = {"cells": cells, "records": records, "imports": sorted(log.found),
-            "probe_seconds": round(time.monotonic() - t0, 3)}
-  out.write(json.dumps(result))
+  send({"records": records, "imports": sorted(log.found),
+        "probe_seconds": round(time.monotonic() - t0, 3)})
   out.close()
   sys.stdout.flush()
   return 0

@@ -3,9 +3,10 @@
 Each run gets:
 
 * a read-only view of the runtime only: /usr (and its /bin, /lib links), the
-  Python installation and the virtual environment, plus the folders the caller
-  binds (the learner edition of the library and the grader's runner), and a
-  private writable /tmp (a tmpfs, also the working directory and $HOME);
+  Python installation and the virtual environment (as /venv), plus the folders
+  the caller binds (the learner edition of the library and the grader's
+  runner), and a private writable /tmp (a tmpfs, also the working directory
+  and $HOME);
 * no network, its own pid namespace (when its first process ends, the kernel
   kills every process left in it: nothing outlives a run), its own IPC and UTS
   namespaces, a new session (no terminal), an unprivileged uid (65534), no
@@ -37,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 CGROUP_V1 = Path("/sys/fs/cgroup")
+VENV = "/venv"
 _counter = itertools.count()
 
 
@@ -99,15 +101,29 @@ class Sandbox:
     for etc in ("/etc/ld.so.cache", "/etc/localtime", "/etc/ssl"):
       if Path(etc).exists():
         args += ["--ro-bind", etc, etc]
-    prefixes = {os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix), sys.prefix}
-    for p in sorted(prefixes):
-      if not p.startswith("/usr"):
-        args += ["--ro-bind", p, p]
+    base = os.path.realpath(sys.base_prefix)   # the Python installation, where it is
+    if not base.startswith("/usr"):
+      args += ["--ro-bind", base, base]
+    if self.venv:                               # the virtual environment, as /venv: its
+      args += ["--ro-bind", sys.prefix, VENV]   # real path would show where the course is
     return args
+
+  @property
+  def venv(self) -> bool:
+    return sys.prefix != sys.base_prefix
+
+  @property
+  def python(self) -> str:
+    """The path of this Python inside the sandbox."""
+    if not self.enabled:
+      return sys.executable
+    if self.venv:
+      return f"{VENV}/bin/{os.path.basename(sys.executable)}"
+    return os.path.realpath(sys.executable)
 
   def argv(self, command: list[str], result_fd: int, binds: dict, env: dict) -> list[str]:
     lim = self.limits
-    env = {"PATH": f"{os.path.dirname(sys.executable)}:/usr/bin:/bin", "HOME": "/tmp",
+    env = {"PATH": f"{os.path.dirname(self.python)}:/usr/bin:/bin", "HOME": "/tmp",
            "TMPDIR": "/tmp", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1",
            "PYTHONHASHSEED": "0", "COURSEKIT_RESULT_FD": str(result_fd), **self.env, **env}
     args = ["bwrap", "--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534",
@@ -356,7 +372,7 @@ MODE_TEXT = {
 
 if __name__ == "__main__":   # a quick self-test: python -m coursekit.sandbox
   sb = Sandbox()
-  r = sb.run([sys.executable, "-c", "import os; print(os.getuid()); "
+  r = sb.run([sb.python, "-c", "import os; print(os.getuid()); "
               f"os.write(int(os.environ['COURSEKIT_RESULT_FD']), b'ok')"])
   print(json.dumps({"mode": sb.mode, "status": r.status, "output": r.output,
                     "result": r.result.decode()}))
