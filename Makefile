@@ -14,7 +14,7 @@ help:
 	@echo "make test      run every test"
 	@echo "make lab       JupyterLab on the exercises"
 	@echo "make exercises regenerate the learners' stub notebooks from exercises/source"
-	@echo "make grade SUBMISSIONS=dir   grade a folder (or .zip) of submitted notebooks: grades.csv, grades.html"
+	@echo "make grade SUBMISSIONS=dir   grade a folder (or .zip) of notebooks, each in a sandbox: grades/grades.{csv,html}"
 	@echo "make bench     run the benchmarks, write benchmarks/results.md"
 
 setup: $(STAMP)
@@ -39,7 +39,7 @@ exercises: $(STAMP)
 
 SUBMISSIONS ?= submissions
 grade: $(STAMP)
-	$(BIN)/python -m coursekit.grade $(SUBMISSIONS) --out $(or $(GRADES),.) $(GRADE_ARGS)
+	$(BIN)/python -m coursekit.grade $(SUBMISSIONS) --out $(or $(GRADES),grades) $(GRADE_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py

@@ -1,27 +1,23 @@
 """Section `grading`: the grader's throughput on a class of submissions.
 
 We generate N copies of Part 1's reference solutions (the source with its
-solutions, `exercises/source/part1.md`, as a learner would hand it in), and
-grade them the way `python -m coursekit.grade DIR --jobs 2` does (the same
-functions, in this process, so that we can also time the cells): a kernel per
-submission, two at a time. N is 100 (10 with --quick).
+solutions, as a learner would hand it in) and grade them as
+`python -m coursekit.grade DIR --jobs 2` does (the same Grader, in this
+process, so that we can time its parts): one bubblewrap sandbox per exercise
+of each notebook, two at a time, plus the reference solution's runs for the
+seed (not cached: a fresh cache folder). N is 100 (10 with --quick).
 
 Reported: the total wall time (goal: at most 180 s for 100 submissions on 2
-cores), the wall time per submission (in its worker), the part of it spent
-running the notebook's cells, and the rest, the grader's per-submission
-overhead: starting and stopping a sandboxed kernel, the guard's snapshot and
-its calls before each check, rebuilding the notebook, cleaning up.
+cores), the wall time per sandbox run, and the part of it spent in the
+notebook's cells.
 """
 from __future__ import annotations
 
 import os
-import resource
 import statistics
 import sys
 import tempfile
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from harness import Column, Table, section
@@ -42,103 +38,86 @@ def _submissions(folder: Path, n: int) -> None:
     (folder / f"student{i:03d}.ipynb").write_text(text)
 
 
-def _cpu() -> float:
-  """CPU seconds used by this process and its finished children."""
-  me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-  return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
-
-
-@section("grading", "Grading: 100 submissions of Part 1 on 2 cores")
+@section("grading", "Grading: 100 submissions of Part 1 on 2 cores, each exercise in a sandbox")
 def grading(ctx) -> Table:
-  from coursekit import grade, kernel, report
+  from coursekit import grade, report, sandbox
   n = N_QUICK if ctx.quick else N
-  in_cells: dict[str, float] = {}
-  real_run = kernel.Kernel.run
+  runs, inside = [], []
+  real_run = grade.Workspace.run
 
-  def timed_run(self, *args, **kwargs):   # time spent running cells, per kernel
+  def timed_run(self, *args, **kwargs):
     t = time.perf_counter()
-    try:
-      return real_run(self, *args, **kwargs)
-    finally:
-      me = threading.get_ident()
-      in_cells[me] = in_cells.get(me, 0.0) + time.perf_counter() - t
-
-  walls, cells, rows = [], [], []
-
-  def one(sub, stubs, opts):
-    me = threading.get_ident()   # cells run in the thread that grades them
-    t, before = time.perf_counter(), in_cells.get(me, 0.0)
-    out = grade.grade_submission(sub, stubs, opts)
-    walls.append(time.perf_counter() - t)
-    cells.append(in_cells.get(me, 0.0) - before)
+    out = real_run(self, *args, **kwargs)
+    runs.append(time.perf_counter() - t)
+    inside.append(sum(c.get("seconds", 0) for c in out.cells if isinstance(c, dict)))
     return out
 
-  kernel.Kernel.run = timed_run
+  grade.Workspace.run = timed_run
+  old_cache = os.environ.get("XDG_CACHE_HOME")
   try:
     with tempfile.TemporaryDirectory(prefix="bench-grading-") as tmp:
+      os.environ["XDG_CACHE_HOME"] = str(Path(tmp) / "cache")   # reference runs included
       folder = Path(tmp) / "subs"
       folder.mkdir()
       _submissions(folder, n)
       stubs = grade.load_stubs()
-      subs = grade.collect(folder)
-      opts = grade.Options()
+      opts = grade.Options(seed=1)
       t0 = time.perf_counter()
-      cpu0 = _cpu()
-      with ThreadPoolExecutor(JOBS) as pool:
-        futures = [pool.submit(one, s, stubs, opts) for s in subs]
-        for f in ctx.progress(futures, "grading"):
-          rows.extend(f.result())
+      grader = grade.Grader(stubs, opts)
+      mode = grader.ws.sandbox.mode
+      parsed = [grade.parse(s, stubs, opts) for s in grade.collect(folder)]
+      bar = ctx.progress(range(6 * n), "grading")
+      grader.progress = lambda: bar.update(1)
+      try:
+        rows = grader.grade(parsed, JOBS)
+      finally:
+        bar.close()
+        grader.close()
       rows = report.sort_rows(rows, stubs)
-      report.write(rows, stubs, Path(tmp))
+      report.write(rows, stubs, Path(tmp), {"seed": 1, "sandbox": mode, "limits": ""})
       total = time.perf_counter() - t0
-      cpu = _cpu() - cpu0   # the kernels are our children: their CPU time counts
   finally:
-    kernel.Kernel.run = real_run
+    grade.Workspace.run = real_run
+    if old_cache is None:
+      os.environ.pop("XDG_CACHE_HOME", None)
+    else:
+      os.environ["XDG_CACHE_HOME"] = old_cache
 
   passed = sum(r["status"] == "pass" for r in rows)
   assert passed == len(rows) == 6 * n, [r for r in rows if r["status"] != "pass"][:3]
-  wall, cell = statistics.mean(walls), statistics.mean(cells)
+  run_s, in_s = statistics.mean(runs), statistics.mean(inside)
   goal = GOAL_S * n / N
   met = total <= goal
   row = {"case": f"{n} × Part 1 solutions", "n": n, "jobs": JOBS, "total_s": total,
-         "goal": f"≤ {goal:g} s", "met": met, "per_sub_s": wall, "cells_s": cell,
-         "overhead_s": wall - cell, "throughput": n / total * 60,
-         "cpu_per_sub_s": cpu / n, "idle_estimate_s": cpu / JOBS * N / n,
+         "goal": f"≤ {goal:g} s", "met": met, "runs": len(runs), "per_run_s": run_s,
+         "cells_s": in_s, "overhead_s": run_s - in_s, "throughput": n / total * 60,
          "load_avg": os.getloadavg()[0]}
   return Table(
       intro=(
-          f"`grade_submission` (what `python -m coursekit.grade DIR --jobs {JOBS}` runs per "
-          f"notebook) over {n} copies of Part 1's reference solutions, {JOBS} at a time, "
-          "each in its own sandboxed kernel and temporary folder; then grades.csv and "
-          "grades.html are written. *Per submission* is the mean wall time of one "
-          "submission in its worker; *in cells* is the part spent executing its cells "
-          "(the setup cell imports JAX; the checks run); *overhead* is the rest: kernel "
-          "start and stop, the guard, rebuilding the notebook, cleanup. "
+          f"The grader (`python -m coursekit.grade DIR --jobs {JOBS}`) over {n} copies of Part "
+          f"1's reference solutions: each of the 6 exercises of each notebook runs in its own "
+          f"bubblewrap sandbox ({sandbox.MODE_TEXT.get(mode, mode)}), {JOBS} at a time, "
+          "against the learner edition without that exercise's answer; the reference "
+          "solution's runs for the seed are included (cold cache); then grades.csv and "
+          "grades.html are written. *Per run* is the mean wall time of one sandbox run; "
+          "*in cells* the part of it spent executing the notebook's cells (the probe "
+          "excluded); *overhead* the rest: starting the sandbox and Python, importing "
+          "NumPy and the library, the probe, reading the result. "
           f"**Goal:** 100 submissions in at most {GOAL_S:g} s on 2 cores "
           f"(scaled to {goal:g} s for {n})."),
       columns=[Column("case", "submissions"), Column("jobs", "jobs"),
                Column("total_s", "total s", "ratio"), Column("goal", "goal"),
-               Column("met", "met?", "met"), Column("per_sub_s", "s per submission", "ratio"),
+               Column("met", "met?", "met"), Column("runs", "sandbox runs"),
+               Column("per_run_s", "s per run", "ratio"),
                Column("cells_s", "in cells s", "ratio"),
                Column("overhead_s", "overhead s", "ratio"),
                Column("throughput", "submissions/min", "ratio"),
-               Column("cpu_per_sub_s", "CPU s per submission", "ratio"),
-               Column("idle_estimate_s", "100 on 2 idle cores, s (est.)", "ratio")],
+               Column("load_avg", "load average at the end", "ratio")],
       rows=[row],
-      summary={"total_s": total, "n": n, "goal_s": goal, "met": met, "overhead_s": wall - cell,
-               "per_submission_s": wall},
+      summary={"total_s": total, "n": n, "goal_s": goal, "met": met, "per_run_s": run_s},
       summary_text=(
-          f"**Overall:** {n} submissions in {total:.0f} s (goal ≤ {goal:g} s: "
-          f"{'met' if met else 'not met'}); {wall:.1f} s per submission, of which "
-          f"{wall - cell:.1f} s is the grader's overhead; {cpu / n:.2f} CPU s per submission, "
-          f"so about {cpu / JOBS * N / n:.0f} s for 100 on 2 otherwise idle cores."),
-      notes=["Every submission's 6 exercises pass (checked), so the checks run in full.",
-             "*CPU s per submission* is the CPU time of the grader and its kernels "
-             "(getrusage of this process and its children) over the run, divided by the "
-             "number of submissions; *100 on 2 idle cores* is that times 100 / 2: what the "
-             "total would be with both cores to ourselves. It is less sensitive to other "
-             "load on the machine than the wall time. The overhead includes the guard's "
-             "import of numpy and JAX before the learner's code runs, which the setup "
-             f"cell would otherwise pay. Load average at the end: {os.getloadavg()[0]:.1f}.",
-             "Timings depend on the machine's load: other work on the 2 cores slows "
-             "every kernel alike."])
+          f"**Overall:** {n} submissions ({len(runs)} sandbox runs) in {total:.0f} s (goal ≤ "
+          f"{goal:g} s: {'met' if met else 'not met'}); {run_s:.2f} s per run."),
+      notes=["Every submission's 6 exercises pass (checked), so every probe runs in full.",
+             "Timings depend on the machine's load: other work on the 2 cores slows every "
+             "sandbox alike (a load average near 2 means the cores were ours)."])

@@ -23,6 +23,17 @@ if ! command -v dot >/dev/null 2>&1 && [ ! -x .venv/bin/dot ]; then
   chmod +x .venv/bin/dot
 fi
 
+# The grader's sandbox is bubblewrap, from the system's packages.
+if ! command -v bwrap >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "==> installing bubblewrap (the grader's sandbox)"
+    apt-get install -y -q bubblewrap >/dev/null 2>&1 || \
+      { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q bubblewrap >/dev/null 2>&1; } || true
+  fi
+  command -v bwrap >/dev/null 2>&1 || echo "==> NOTE: no bubblewrap (bwrap): \`make grade\` needs it" \
+    "(Debian/Ubuntu: sudo apt-get install bubblewrap; Fedora: sudo dnf install bubblewrap)"
+fi
+
 # ipywidgets' JavaScript for readers who are offline (see book/_ext/offline_widgets.py).
 bash scripts/fetch_widget_js.sh || echo "==> (widget JS not fetched: the book will load it from a CDN)"
 

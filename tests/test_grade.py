@@ -28,8 +28,11 @@ import grading_fixtures as F  # noqa: E402
 from coursekit import edition, flags, grade, probe, report, sandbox, similarity  # noqa: E402
 
 SEED, TIMEOUT, MEMORY = 11, 12, 1024
-needs_bwrap = pytest.mark.skipif(sandbox.unavailable() is not None,
-                                 reason=f"no sandbox here: {sandbox.unavailable()}")
+# Without bwrap the sandbox's tests skip, unless AUTODIDAX_REQUIRE_SANDBOX=1 (.ci/run sets it).
+WHY_NOT = sandbox.unavailable()
+needs_bwrap = pytest.mark.skipif(WHY_NOT is not None and
+                                 os.environ.get("AUTODIDAX_REQUIRE_SANDBOX") != "1",
+                                 reason=f"no sandbox here: {WHY_NOT}")
 
 
 def _env():
@@ -255,7 +258,8 @@ def test_edition_removes_the_answer(tmp_path):
   proc = subprocess.run([sys.executable, "-c", code], env=dict(_env(), PYTHONPATH=str(tmp_path)),
                         capture_output=True, text=True, cwd=tmp_path)
   assert proc.stdout.splitlines() == [
-      "Exercise 1.3 asks you to write this (_flatten): it is not in this edition",
+      "Exercise 1.3 asks you to write this (_flatten): the library's own is removed while "
+      "this exercise is graded; write your own",
       "('mine', 3)"], proc.stderr
   with pytest.raises(edition.EditionError):
     edition.build(tmp_path / "x", {"autodidax.core:no_such_function": ("1.1", None)})

@@ -183,10 +183,8 @@ def run(spec: Spec, namespace: dict, seed: int) -> list[dict]:
 # --- Comparing -----------------------------------------------------------------------------
 
 def _values_close(got, want, rtol, atol) -> bool:
-  g = np.array([np.nan if isinstance(v, str) and v == "nan" else float(v) if isinstance(v, str)
-                else v for v in got["data"]], dtype=np.float64)
-  w = np.array([np.nan if isinstance(v, str) and v == "nan" else float(v) if isinstance(v, str)
-                else v for v in want["data"]], dtype=np.float64)
+  g = np.array([_number(v) for v in got["data"]], dtype=np.float64)
+  w = np.array([_number(v) for v in want["data"]], dtype=np.float64)
   return bool(np.allclose(g, w, rtol=rtol, atol=atol, equal_nan=True))
 
 
@@ -205,8 +203,15 @@ def describe(v) -> str:
   return str(v.get("type", k))
 
 
+def _number(x) -> float:
+  try:
+    return float(x)   # numbers, and "nan", "inf", "-inf" as encoded
+  except (TypeError, ValueError):
+    return np.nan
+
+
 def _preview(data, shape) -> str:
-  a = np.array([float(x) if not isinstance(x, str) else np.nan for x in data])
+  a = np.array([_number(x) for x in data])
   with np.printoptions(precision=6, suppress=True, threshold=20):
     return str(a.reshape(shape)) if a.size else "[]"
 
@@ -294,8 +299,8 @@ def compare(got: list, want: list) -> Verdict:
       return Verdict(False, i, w["label"], "the check did something else here "
                      f"(recorded {short(g.get('label'))!r})")
     d = diff(gv, w["value"], w.get("rtol", RTOL), w.get("atol", ATOL), w.get("dtype", True))
-    if d:
-      return Verdict(False, i, w["label"], d)
+    if d:   # an answer to a question is never shown
+      return Verdict(False, i, w["label"], "that is not the right answer" if w.get("secret") else d)
   if len(got) > len(want):
     return Verdict(False, len(want), "the check", "recorded more than the reference did")
   return Verdict(True, len(want))
