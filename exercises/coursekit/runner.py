@@ -22,6 +22,7 @@ import sys
 import time
 
 _MAGIC_ASSIGN = re.compile(r"^(\s*)([\w., ]+?)\s*=\s*[!%]")
+_HELP = re.compile(r"^[\w.]+\?{1,2}$")
 _WATCHED = ("jax", "jaxlib", "importlib", "ctypes", "gc", "inspect", "coursekit", "subprocess")
 
 
@@ -39,7 +40,7 @@ def neutralize(source: str) -> str:
       out.append(f"{indent}pass")
     elif (m := _MAGIC_ASSIGN.match(line)):
       out.append(f"{m.group(1)}{m.group(2)} = None")
-    elif stripped.endswith("?") and not stripped.startswith("#") and "?" not in stripped[:-1]:
+    elif _HELP.match(stripped):   # `obj?` / `obj??`: IPython's help
       out.append(f"{indent}pass")
     else:
       out.append(line)
