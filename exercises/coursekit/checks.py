@@ -99,6 +99,10 @@ def check(exercise: str, namespace: dict):
     records = probes.run(spec, namespace, seed=0)
   record_to = os.environ.get("COURSEKIT_RECORD")
   if record_to:   # `make exercises`, running the reference solution: store, don't compare
+    broken = [r for r in records if r["value"].get("k") in ("error", "todo")]
+    if broken:   # a reference that raises would make its own error the expected answer
+      raise RuntimeError(f"Exercise {exercise}: the reference solution's probe failed at "
+                         f"{broken[0]['label']!r}: {broken[0]['value'].get('message')}")
     path = Path(record_to) / f"{part}.json"
     stored = json.loads(path.read_text()) if path.exists() else {}
     stored[exercise] = [hide(r) if r.get("secret") else r for r in records]

@@ -576,7 +576,8 @@ class Grader:
       got = self.ws.run(part, ex, cells, self.opts.seed)
       v = probes.compare(got.records or [], got.records or [])
       bad = [c for c in got.cells if c.get("status") != "ok"]
-      if got.records is None or bad or any(r["value"].get("k") in ("todo",) for r in got.records):
+      if got.records is None or bad or any(r["value"].get("k") in ("todo", "error")
+                                           for r in got.records):
         raise RuntimeError(f"the reference solution of {part} {ex} failed in the sandbox: "
                            f"{got.why or bad or got.records[-1:]}")
       assert v.passed
