@@ -185,7 +185,7 @@ def lower_jaxpr(jaxpr: Jaxpr, name: str = "jit_fun") -> str:
 # --- Rules ---------------------------------------------------------------------------------------
 
 _BINARY_OPS = {lax.add_p: "add", lax.sub_p: "subtract", lax.mul_p: "multiply",
-               lax.div_p: "divide", lax.max_p: "maximum"}
+               lax.div_p: "divide"}
 _COMPARISONS = {lax.greater_p: "GT", lax.less_p: "LT", lax.greater_equal_p: "GE",
                 lax.less_equal_p: "LE"}
 _UNARY_OPS = {lax.neg_p: "negate", lax.sin_p: "sine", lax.cos_p: "cosine",
@@ -212,6 +212,11 @@ def _binary_lowering(op):
   return rule
 
 
+def _max_lowering(ctx, x, y):
+  x, y, aval = _prepare_binary_operands(ctx, x, y, "maximum")
+  return ctx.emit(f"stablehlo.maximum {x}, {y} : {mlir_type(aval)}")
+
+
 def _compare_lowering(direction):
   def rule(ctx, x, y):
     x, y, aval = _prepare_binary_operands(ctx, x, y, direction)
@@ -232,29 +237,28 @@ def _unary_lowering(op):
 
 for _p, _op in _BINARY_OPS.items():
   register_lowering(_p, _binary_lowering(_op))
+register_lowering(lax.max_p, _max_lowering)
 for _p, _dir in _COMPARISONS.items():
   register_lowering(_p, _compare_lowering(_dir))
 for _p, _op in _UNARY_OPS.items():
   register_lowering(_p, _unary_lowering(_op))
 
 
-def _reduce_lowering(op, init):
+def _reduce_lowering(ctx, x, axes, op, init):
   """stablehlo.reduce with a region: the body combining two scalars."""
-  def rule(ctx, x, *, axes):
-    (aval,), (out,) = ctx.avals_in, ctx.avals_out
-    scalar = mlir_type(ShapedArray((), aval.dtype))
-    init_val = ctx.constant(init(aval.dtype), aval.dtype)
-    result = ctx.fresh()
-    a, b = ctx.fresh(), ctx.fresh()
-    body = ctx.fresh()
-    ctx.emit(f"{result} = stablehlo.reduce({x} init: {init_val}) across dimensions = "
-             f"{list(axes)} : ({mlir_type(aval)}, {scalar}) -> {mlir_type(out)}\n"
-             f"     reducer({a}: {scalar}, {b}: {scalar}) {{\n"
-             f"      {body} = stablehlo.{op} {a}, {b} : {scalar}\n"
-             f"      stablehlo.return {body} : {scalar}\n"
-             f"    }}", result=False)
-    return result
-  return rule
+  (aval,), (out,) = ctx.avals_in, ctx.avals_out
+  scalar = mlir_type(ShapedArray((), aval.dtype))
+  init_val = ctx.constant(init, aval.dtype)
+  result = ctx.fresh()
+  a, b = ctx.fresh(), ctx.fresh()
+  body = ctx.fresh()
+  ctx.emit(f"{result} = stablehlo.reduce({x} init: {init_val}) across dimensions = "
+           f"{list(axes)} : ({mlir_type(aval)}, {scalar}) -> {mlir_type(out)}\n"
+           f"     reducer({a}: {scalar}, {b}: {scalar}) {{\n"
+           f"      {body} = stablehlo.{op} {a}, {b} : {scalar}\n"
+           f"      stablehlo.return {body} : {scalar}\n"
+           f"    }}", result=False)
+  return result
 
 
 def _lowest(dtype):
@@ -266,8 +270,16 @@ def _lowest(dtype):
   return -np.inf
 
 
-register_lowering(lax.reduce_sum_p, _reduce_lowering("add", lambda dt: 0))
-register_lowering(lax.reduce_max_p, _reduce_lowering("maximum", _lowest))
+def _reduce_sum_lowering(ctx, x, *, axes):
+  return _reduce_lowering(ctx, x, axes, "add", 0)
+
+
+def _reduce_max_lowering(ctx, x, *, axes):
+  return _reduce_lowering(ctx, x, axes, "maximum", _lowest(ctx.avals_in[0].dtype))
+
+
+register_lowering(lax.reduce_sum_p, _reduce_sum_lowering)
+register_lowering(lax.reduce_max_p, _reduce_max_lowering)
 
 
 def _broadcast_lowering(ctx, x, *, shape, axes):
