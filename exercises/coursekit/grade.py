@@ -553,7 +553,7 @@ class Grader:
     self.stubs, self.opts, self.progress = stubs, opts, progress
     self.ws = Workspace(opts, stubs)
     self.reference: dict[tuple[str, str], list] = {}
-    self.stopped: dict[str, str] = {}   # submission -> why its code can't run to the end
+    self.stopped: dict[str, tuple] = {}   # submission -> (reason, notes): its code can't finish
     self.lock = threading.Lock()
 
   def reference_records(self, part: str, ex: str) -> list:
@@ -597,12 +597,12 @@ class Grader:
       want = self.reference_records(p.part, ex)
       stopped = self.stopped.get(p.sub.label)
       if stopped:   # every run of this notebook would stop in the same cell: don't rerun it
-        status, reason, notes = "fail", stopped, []   # (the same words, whichever ran first)
+        status, reason, notes = "fail", *stopped   # the same words, whichever run found it
       else:
         got = self.ws.run(p.part, ex, p.cells, self.opts.seed)
         status, reason, notes = verdict(p, ex, got, want, stub)
         if got.records is None and len(got.cells) < len(p.cells):
-          self.stopped[p.sub.label] = reason
+          self.stopped[p.sub.label] = (reason, notes)
     except SandboxUnavailable:
       raise
     except Exception as e:  # noqa: BLE001 (a grader bug must not stop the batch)
