@@ -59,7 +59,9 @@ def _refuse(exercise, target):
 @contextmanager
 def installed(spec, namespace):
   """While the probe runs in a notebook, each library function the exercise asks for is
-  the learner's answer (or refuses to run): as in the grader's learner edition."""
+  the learner's answer (or refuses to run), wherever the library holds it (module
+  attributes, re-exports, rule tables): as in the grader's learner edition."""
+  from autodidax.core import RuleTable
   with ExitStack() as stack:
     for target, name in spec.removes.items():
       module, _, qualname = target.partition(":")
@@ -73,8 +75,12 @@ def installed(spec, namespace):
         value = _refuse(spec.exercise, qualname)
       stack.enter_context(patched(owner, attr, value))
       for mod in [m for n, m in list(sys.modules.items()) if n.startswith("autodidax")]:
-        for alias in [k for k, v in vars(mod).items() if v is old]:   # re-exports too
-          stack.enter_context(patched(mod, alias, value))
+        for alias, v in list(vars(mod).items()):
+          if v is old:   # re-exports too
+            stack.enter_context(patched(mod, alias, value))
+          elif isinstance(v, RuleTable):   # and a rule table's entries
+            for prim in [p for p, rule in v.items() if rule is old]:
+              stack.enter_context(v.override(prim, value))
     yield
 
 
