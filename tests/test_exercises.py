@@ -226,7 +226,8 @@ def runs(all_solutions, tmp_path_factory):
     proc = finish(proc)
     assert (out / "grades.csv").exists(), proc.stdout + proc.stderr
     with open(out / "grades.csv", newline="") as f:
-      rows = {(r["student"], r["exercise"]): r for r in csv.DictReader(f)}
+      rows = {(r["submission"].removesuffix(".ipynb"), r["exercise"]): r
+              for r in csv.DictReader(f)}
     graded[part] = (proc, rows, before, digest(folders[part]))
   return {"nbval": outcomes, "graded": graded}
 
