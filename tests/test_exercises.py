@@ -77,7 +77,7 @@ def start(*args, cwd=ROOT):
 
 
 def finish(proc) -> subprocess.CompletedProcess:
-  out, err = proc.communicate(timeout=600)
+  out, err = proc.communicate(timeout=1500)
   return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 

@@ -48,7 +48,7 @@ def start(*args, env=None):
 
 
 def finish(proc):
-  out, err = proc.communicate(timeout=900)
+  out, err = proc.communicate(timeout=1500)
   return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
