@@ -179,7 +179,15 @@ defjvp(sin_p, lambda x_dot, x: lax.mul(x_dot, lax.cos(x)))
 defjvp(cos_p, lambda x_dot, x: lax.neg(lax.mul(x_dot, lax.sin(x))))
 defjvp(exp_p, lambda x_dot, x: lax.mul(x_dot, lax.exp(x)))
 defjvp(log_p, lambda x_dot, x: lax.div(x_dot, x))
-defjvp(tanh_p, lambda x_dot, x: lax.mul(x_dot, lax.sub(1., lax.mul(lax.tanh(x), lax.tanh(x)))))
+
+
+def _tanh_jvp(primals, tangents):   # tanh' = 1 - tanh²: reuse the output, as JAX does
+  (x,), (x_dot,) = primals, tangents
+  y = lax.tanh(x)
+  return y, lax.mul(x_dot, lax.sub(1., lax.mul(y, y)))
+
+
+jvp_rules[tanh_p] = _tanh_jvp
 for _p in lax.comparison_primitives:
   defjvp_zero(_p)
 
