@@ -11,8 +11,10 @@ which makes IPython report an exception as the last few frames that belong to
 notebook cells, then the message, wrapped to the page's width. (JAX does
 something similar for its users: `jax_traceback_filtering` hides JAX's own
 frames.) tests/test_site_text.py checks the built pages for long tracebacks and
-machine paths.
+machine paths. Set AUTODIDAX_FULL_TRACEBACKS=1 to see full tracebacks when
+a chapter fails to build.
 """
+import os
 import re
 import textwrap
 import traceback
@@ -58,6 +60,8 @@ def _handler(shell, etype, value, tb, tb_offset=None):
 
 def install(shell=None):
   """Report every exception in this IPython session with `short_traceback`."""
+  if os.environ.get("AUTODIDAX_FULL_TRACEBACKS"):
+    return   # debugging a chapter: keep IPython's full tracebacks
   if shell is None:
     from IPython import get_ipython
     shell = get_ipython()
