@@ -69,5 +69,7 @@ def test_tracebacks_end_with_the_message(pages):
     for m in TRACEBACK.finditer(page):
       lines = _text(m.group(1)).strip("\n").splitlines()
       msg = [i for i, l in enumerate(lines) if re.match(r"[\w.]*(Error|Exception)\b", l)]
+      frames = [i for i, l in enumerate(lines) if l.startswith(("Cell In[", "File "))]
       assert msg, f"{name}: a traceback without its message: {lines}"
-      assert all(l.startswith("  ") for l in lines[msg[-1] + 1:]), (name, lines)
+      assert not frames or msg[-1] > frames[-1], (name, lines)
+      assert all(len(l) <= 100 for l in lines), f"{name}: lines too long to read: {lines}"

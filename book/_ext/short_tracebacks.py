@@ -13,6 +13,11 @@ something similar for its users: `jax_traceback_filtering` hides JAX's own
 frames.) tests/test_site_text.py checks the built pages for long tracebacks and
 machine paths. Set AUTODIDAX_FULL_TRACEBACKS=1 to see full tracebacks when
 a chapter fails to build.
+
+Loaded as a Sphinx extension too (see _config.yml), it registers a Pygments
+lexer for these tracebacks and makes myst-nb use it for error outputs: the
+default `ipythontb` lexer hands unrecognized lines (a wrapped message) to the
+Python lexer, which fails on a backtick and turns into a build warning.
 """
 import os
 import re
@@ -66,3 +71,35 @@ def install(shell=None):
     from IPython import get_ipython
     shell = get_ipython()
   shell.set_custom_exc((Exception,), _handler)
+
+
+# --- In Sphinx: highlight error outputs without ever failing ----------------------------
+
+def _lexer():
+  from pygments.lexer import RegexLexer, bygroups
+  from pygments.token import Generic, Name, Number, Text
+
+  class ShortTracebackLexer(RegexLexer):
+    """The lines `short_traceback` writes; anything else is plain text."""
+    name = "Short traceback"
+    aliases = ["autodidax-tb"]
+    tokens = {"root": [
+        (r"^Traceback.*\n", Generic.Heading),
+        (r"^(Cell In\[\d+\]|a cell)(, line )(\d+)(, in )(.*\n)",
+         bygroups(Name.Namespace, Text, Number.Integer, Text, Name.Function)),
+        (r"^([\w.]*(?:Error|Exception|Warning|Interrupt|Exit|Iteration)\w*)(:?)(.*\n)",
+         bygroups(Generic.Error, Text, Text)),
+        (r".*\n", Text),
+    ]}
+  return ShortTracebackLexer
+
+
+def _use_lexer(app, config):
+  config.nb_render_error_lexer = "autodidax-tb"
+
+
+def setup(app):
+  app.setup_extension("myst_nb")   # defines nb_render_error_lexer
+  app.add_lexer("autodidax-tb", _lexer())
+  app.connect("config-inited", _use_lexer)
+  return {"parallel_read_safe": True, "parallel_write_safe": True}
