@@ -614,7 +614,8 @@ def _cond_partial_eval_jaxpr(unks_in, eqn):
   ins2 = [x for x, uk in zip(ops, unknowns) if uk]
   outs1 = [v for v, uk in zip(eqn.out_binders, out_uk) if not uk]
   outs2 = [v for v, uk in zip(eqn.out_binders, out_uk) if uk]
-  residuals = [Var(a) for a in res_avals]
+  # Typed as cond types its outputs, by branch 0 (whose slot may be a zero).
+  residuals = [Var(raise_to_shaped(a)) for a in known[0].out_avals[len(outs1):]]
   eqn1 = JaxprEqn(cond_p, [index, *ins1], dict(branches=tuple(_closed(j) for j in known)),
                   outs1 + residuals)
   eqn2 = JaxprEqn(cond_p, [index, *residuals, *ins2],

@@ -307,7 +307,7 @@ class Tracer:
   def __array__(self, dtype=None, copy=None):
     raise TypeError(
         f"A tracer ({self}) reached numpy. Inside a transformed function use "
-        "autodidax.numpy (imported as `np` in the course) instead of numpy.")
+        "autodidax.numpy (imported as `anp` in the course) instead of numpy.")
 
   def __repr__(self):
     return f"Traced<{self.aval.str_short()}>with<{self._trace}>"

@@ -14,7 +14,7 @@ import numpy as np
 
 from .core import (Primitive, ShapedArray, Trace, Tracer, abstract_eval_rules,
                    full_lower, full_raise, get_aval, new_dynamic, new_main, raise_to_shaped)
-from .jaxpr import (ClosedJaxpr, Jaxpr, JaxprEqn, Lit, Var, as_shaped,
+from .jaxpr import (ClosedJaxpr, Jaxpr, JaxprEqn, JaxprTypeError, Lit, Var, as_shaped,
                     typecheck_jaxpr)
 
 
@@ -378,9 +378,28 @@ def partial_eval_jaxpr(jaxpr: Jaxpr, in_unknowns: list, instantiate=None):
   eqns2 = [e._replace(inputs=[rename(x) for x in e.inputs]) for e in eqns2]
   outs2 = [rename(x) for x, uk in zip(jaxpr.outvars, out_unknowns) if uk]
   jaxpr2 = Jaxpr([], res2 + ins2, eqns2, outs2)
-  typecheck_jaxpr(jaxpr1)
-  typecheck_jaxpr(jaxpr2)
+  typecheck_partial_eval_jaxpr(jaxpr, in_unknowns, out_unknowns, jaxpr1, jaxpr2)
   return jaxpr1, jaxpr2, out_unknowns, len(res1)
+
+
+def typecheck_partial_eval_jaxpr(jaxpr, in_unknowns, out_unknowns, jaxpr1, jaxpr2):
+  """Each part type-checks, and together they have the type of the whole:
+  if `jaxpr` is (known ins, unknown ins) -> (known outs, unknown outs), then
+  jaxpr1 is known ins -> (known outs, residuals) and jaxpr2 is
+  (the same residuals, unknown ins) -> unknown outs."""
+  whole, part1, part2 = (typecheck_jaxpr(j) for j in (jaxpr, jaxpr1, jaxpr2))
+  split = lambda types, unknown: ([t for t, u in zip(types, unknown) if not u],
+                                  [t for t, u in zip(types, unknown) if u])
+  ins_known, ins_unknown = split(whole.in_types, in_unknowns)
+  outs_known, outs_unknown = split(whole.out_types, out_unknowns)
+  residuals = part1.out_types[len(outs_known):]
+  for what, got, want in [
+      ("known jaxpr's inputs", part1.in_types, ins_known),
+      ("known jaxpr's outputs", part1.out_types[:len(outs_known)], outs_known),
+      ("unknown jaxpr's inputs", part2.in_types, residuals + ins_unknown),
+      ("unknown jaxpr's outputs", part2.out_types, outs_unknown)]:
+    if list(map(raise_to_shaped, got)) != list(map(raise_to_shaped, want)):
+      raise JaxprTypeError(f"partial evaluation: the {what} are {got}, expected {want}")
 
 
 partial_eval_jaxpr_rules: dict = {}   # primitive -> rule(unks_in, eqn)

@@ -635,9 +635,9 @@ TRANSFORMATION_RULES = {
     "evaluation": ["impl"],
     "make_jaxpr": ["abstract eval"],
     "jit": ["abstract eval", "lowering"],
-    "jvp": ["JVP"],
-    "grad / vjp": ["JVP", "abstract eval", "transpose"],
-    "vmap": ["batching"],
+    "jvp": ["JVP", "impl"],   # outside jit, the rule's own binds are evaluated
+    "grad / vjp": ["JVP", "abstract eval", "transpose", "impl"],
+    "vmap": ["batching", "impl"],
 }
 
 
