@@ -38,13 +38,16 @@ STAGE="$TMP/out"
 mkdir -p "$STAGE"
 cp "$TMP/requirejs/package/require.js" "$STAGE/require.js"
 cp "$TMP/html-manager/package/LICENSE" "$STAGE/LICENSE-html-manager"
-# embed-amd.js compiles the widget-state schema with Ajv's default strict
-# mode, which warns twice in the console of every widget page ("use
-# allowUnionTypes"); the schema's union types are intended, so allow them.
-sed 's/Al=new(hl());Al.compile(pl)/Al=new(hl())({allowUnionTypes:!0});Al.compile(pl)/' \
+# embed-amd.js compiles the widget-state schema (in two bundled copies) with
+# Ajv's default strict mode, which warns in the console of every widget page
+# ("use allowUnionTypes"); the schema's union types are intended: allow them.
+sed -e 's/Al=new(hl());Al.compile(pl)/Al=new(hl())({allowUnionTypes:!0});Al.compile(pl)/' \
+    -e 's/j=new(y()),T=j.compile(v)/j=new(y())({allowUnionTypes:!0}),T=j.compile(v)/' \
   "$TMP/html-manager/package/dist/embed-amd.js" > "$STAGE/embed-amd.js"
-grep -q 'allowUnionTypes:!0' "$STAGE/embed-amd.js" || {
-  echo "fetch_widget_js: embed-amd.js changed; update the Ajv patch" >&2; exit 1; }
+if [ "$(grep -o 'allowUnionTypes:!0' "$STAGE/embed-amd.js" | wc -l)" != 2 ]; then
+  echo "fetch_widget_js: embed-amd.js changed; update the Ajv patch" >&2
+  exit 1
+fi
 cp "$TMP/html-manager/package/dist/"*.{woff2,woff,ttf,eot,svg} "$STAGE/"
 echo "$WANT" > "$STAGE/.fetched"
 

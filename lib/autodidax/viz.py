@@ -340,8 +340,7 @@ def jaxpr_graph(jaxpr, title: str | None = None, max_eqns: int = 200):
   if isinstance(jaxpr, ClosedJaxpr):
     jaxpr = jaxpr.jaxpr
   names = _Names()
-  g = _digraph(_titled(title, _jaxpr_alt(jaxpr, names)), rankdir="TB", nodesep="0.2",
-               ranksep="0.3")
+  g = _digraph("", rankdir="TB", nodesep="0.2", ranksep="0.3")
   if title:
     g.attr(label=title, labelloc="t")
   producer = {}   # Var -> node id
@@ -378,6 +377,7 @@ def jaxpr_graph(jaxpr, title: str | None = None, max_eqns: int = 200):
              fillcolor="#fff3cd")
       if not isinstance(x, Lit) and x in producer:
         g.edge(producer[x], f"out{k}")
+  g.name = _titled(title, _jaxpr_alt(jaxpr, names))   # the names as drawn
   return g
 
 
@@ -762,8 +762,7 @@ def jaxpr_graph_nested(jaxpr, title: str | None = None, max_eqns: int = 200):
     jaxpr = jaxpr.jaxpr
   names = _Names()
   kind = "A jaxpr's dataflow graph, sub-jaxprs of higher-order equations drawn inside them"
-  g = _digraph(_titled(title, _jaxpr_alt(jaxpr, names, kind)), rankdir="TB", nodesep="0.2",
-               ranksep="0.3", compound="true")
+  g = _digraph("", rankdir="TB", nodesep="0.2", ranksep="0.3", compound="true")
   if title:
     g.attr(label=title, labelloc="t")
   counter = [0]
@@ -838,4 +837,5 @@ def jaxpr_graph_nested(jaxpr, title: str | None = None, max_eqns: int = 200):
              fillcolor="#fff3cd")
       if src is not None:
         g.edge(src, f"out{k}")
+  g.name = _titled(title, _jaxpr_alt(jaxpr, names, kind))   # the names as drawn
   return g
