@@ -7,7 +7,7 @@ and the widget JavaScript that scripts/fetch_widget_js.sh fetches. Without
 those they are skipped, unless AUTODIDAX_REQUIRE_BROWSER=1 (.ci/run sets it).
 Every page is opened at a phone's, a tablet's and a desktop's width (390, 800
 and 1280 px), in every state of its widgets; screenshots of each chapter at
-390 and 1280 px go to _build/screenshots/.
+390 and 1280 px go to _build/screenshots/ (JPEG).
 """
 import os
 import re
@@ -78,12 +78,18 @@ def _skip_or_fail(reason):
 
 
 @pytest.fixture(scope="session")
-def browser():
+def playwright():
   if not CHROMIUM.exists():
     _skip_or_fail(f"no chromium at {CHROMIUM} (apt-get install chromium)")
   from playwright.sync_api import sync_playwright
-  with tempfile.TemporaryDirectory() as profile, sync_playwright() as p:
-    context = p.chromium.launch_persistent_context(
+  with sync_playwright() as p:
+    yield p
+
+
+@pytest.fixture(scope="session")
+def browser(playwright):
+  with tempfile.TemporaryDirectory() as profile:
+    context = playwright.chromium.launch_persistent_context(
       profile, executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS,
       offline=True, viewport={"width": 1280, "height": 900})
     # Nothing leaves the machine: every request that is not a file is refused.
@@ -362,7 +368,9 @@ def test_every_page_at_every_width(build, browser, rel, width):
     page.evaluate("document.activeElement && document.activeElement.blur(); window.scrollTo(0, 0)")
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     name = Path(rel).stem
-    page.screenshot(path=str(SCREENSHOTS / f"{name}_{width}.png"), full_page=True)
+    # JPEG: a long page's PNG takes seconds to encode.
+    page.screenshot(path=str(SCREENSHOTS / f"{name}_{width}.jpg"), full_page=True,
+                    type="jpeg", quality=70)
   _menu_opens(page, width)
   if width == 1280:   # the weight the footer states: what the browser fetched
     stated = page.locator(".adx-page-weight").inner_text()
@@ -379,15 +387,13 @@ def test_every_page_at_every_width(build, browser, rel, width):
 
 
 @pytest.fixture(scope="module")
-def no_js_browser(build):
-  if not CHROMIUM.exists():
-    _skip_or_fail(f"no chromium at {CHROMIUM} (apt-get install chromium)")
-  from playwright.sync_api import sync_playwright
-  with sync_playwright() as p:
-    b = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
-    context = b.new_context(java_script_enabled=False, viewport={"width": 390, "height": 900})
-    yield context
-    b.close()
+def no_js_browser(playwright):
+  b = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                                 args=CHROMIUM_ARGS)
+  context = b.new_context(java_script_enabled=False, offline=True,
+                          viewport={"width": 390, "height": 900})
+  yield context
+  b.close()
 
 
 def test_widgets_show_a_static_picture_without_javascript(build, no_js_browser):

@@ -206,6 +206,7 @@ class Snapshot:
     with g.subgraph(name="cluster_value") as v:
       v.attr(label="the value", style="rounded", color="#999999")
       v.node("v", f"<{_boxing_html(self.value)}>", shape="plaintext")
+    g.edge("stack", "v", style="invis")   # one above the other: narrow enough for a phone
     return g
 
   def _repr_mimebundle_(self, include=None, exclude=None):
