@@ -356,8 +356,21 @@ def test_every_page_at_every_width(build, browser, rel, width):
   broken = page.evaluate("""() => [...document.images]
       .filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src)""")
   assert broken == [], f"images that did not load: {broken}"
-  if "widget-state+json" in (HTML / rel).read_text():
+  empty = page.evaluate("""() => [...document.querySelectorAll('.cell_output svg')]
+      .filter(s => s.closest('.widget-stack, .jupyter-widgets') === null)
+      .filter(s => { const b = s.getBoundingClientRect(); return !(b.width > 0 && b.height > 0); })
+      .length""")
+  assert empty == 0, f"{empty} inline SVG pictures have no size"
+  has_widgets = "widget-state+json" in (HTML / rel).read_text()
+  if has_widgets:
     page.locator(".cell_output .jupyter-widgets").first.wait_for(state="visible")
+    # Keyboard focus on a widget's dropdown or list is plain to see.
+    select = page.locator(".cell_output .jupyter-widgets select").first
+    select.focus()
+    page.keyboard.press("Shift+Tab")
+    page.keyboard.press("Tab")
+    outline = select.evaluate("s => parseFloat(getComputedStyle(s).outlineWidth)")
+    assert outline >= 2, f"focus outline {outline} px"
   page.wait_for_timeout(300)
   for state in _widget_states(page):
     wide = page.evaluate(TOO_WIDE)
@@ -380,7 +393,7 @@ def test_every_page_at_every_width(build, browser, rel, width):
     files = {Path(unquote(urlparse(u).path)) for u in p.requested if u.startswith("file:")}
     fetched = sum(f.stat().st_size for f in files if f.is_file())
     assert 0.8 * fetched <= said <= 1.25 * fetched, (stated, fetched)
-    if "widget-state+json" not in (HTML / rel).read_text():
+    if not has_widgets:
       assert fetched < 3e6, f"{rel} weighs {fetched / 1e6:.1f} MB without widgets"
   assert p.problems == []
   page.close()
