@@ -13,5 +13,14 @@ flock 9
 if [ "$(cat _build/.lib-hash 2>/dev/null || true)" != "$lib_hash" ]; then
   rm -rf _build/.jupyter_cache _build/.doctrees   # re-read and re-run every chapter
 fi
+# Sphinx copies static files (CSS, JavaScript, the widget JavaScript) only
+# when it writes a page: when only they or the extensions changed, start the
+# HTML afresh (the execution cache stays).
+site_hash=$( { find book/_static book/_ext -type f -not -path '*/__pycache__/*' -print0 | sort -z | xargs -0 sha256sum;
+               cat .widgets-js/offline-widgets/.fetched 2>/dev/null || true; } | sha256sum | cut -c1-16)
+if [ "$(cat _build/.site-hash 2>/dev/null || true)" != "$site_hash" ]; then
+  rm -rf _build/html _build/.doctrees
+fi
 jupyter-book build . -W -n --keep-going "$@"
 echo "$lib_hash" > _build/.lib-hash
+echo "$site_hash" > _build/.site-hash

@@ -12,7 +12,7 @@ REQUIREJS=requirejs@2.3.4
 HTML_MANAGER=@jupyter-widgets/html-manager@1.0.6
 DEST=.widgets-js/offline-widgets
 STAMP="$DEST/.fetched"
-WANT="$REQUIREJS $HTML_MANAGER"
+WANT="$REQUIREJS $HTML_MANAGER allowUnionTypes"   # the last word: the patch below
 
 # Already done: nothing to do.
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ]; then
@@ -38,7 +38,16 @@ STAGE="$TMP/out"
 mkdir -p "$STAGE"
 cp "$TMP/requirejs/package/require.js" "$STAGE/require.js"
 cp "$TMP/html-manager/package/LICENSE" "$STAGE/LICENSE-html-manager"
-cp "$TMP/html-manager/package/dist/embed-amd.js" "$STAGE/"
+# embed-amd.js compiles the widget-state schema (in two bundled copies) with
+# Ajv's default strict mode, which warns in the console of every widget page
+# ("use allowUnionTypes"); the schema's union types are intended: allow them.
+sed -e 's/Al=new(hl());Al.compile(pl)/Al=new(hl())({allowUnionTypes:!0});Al.compile(pl)/' \
+    -e 's/j=new(y()),T=j.compile(v)/j=new(y())({allowUnionTypes:!0}),T=j.compile(v)/' \
+  "$TMP/html-manager/package/dist/embed-amd.js" > "$STAGE/embed-amd.js"
+if [ "$(grep -o 'allowUnionTypes:!0' "$STAGE/embed-amd.js" | wc -l)" != 2 ]; then
+  echo "fetch_widget_js: embed-amd.js changed; update the Ajv patch" >&2
+  exit 1
+fi
 cp "$TMP/html-manager/package/dist/"*.{woff2,woff,ttf,eot,svg} "$STAGE/"
 echo "$WANT" > "$STAGE/.fetched"
 

@@ -5,7 +5,9 @@ stays clean).
 The browser tests use Debian's chromium (/usr/bin/chromium) through Playwright,
 and the widget JavaScript that scripts/fetch_widget_js.sh fetches. Without
 those they are skipped, unless AUTODIDAX_REQUIRE_BROWSER=1 (.ci/run sets it).
-The Part 1 screenshot goes to _build/screenshots/.
+Every page is opened at a phone's, a tablet's and a desktop's width (390, 800
+and 1280 px), in every state of its widgets; screenshots of each chapter at
+390 and 1280 px go to _build/screenshots/ (JPEG).
 """
 import os
 import re
@@ -76,12 +78,18 @@ def _skip_or_fail(reason):
 
 
 @pytest.fixture(scope="session")
-def browser():
+def playwright():
   if not CHROMIUM.exists():
     _skip_or_fail(f"no chromium at {CHROMIUM} (apt-get install chromium)")
   from playwright.sync_api import sync_playwright
-  with tempfile.TemporaryDirectory() as profile, sync_playwright() as p:
-    context = p.chromium.launch_persistent_context(
+  with sync_playwright() as p:
+    yield p
+
+
+@pytest.fixture(scope="session")
+def browser(playwright):
+  with tempfile.TemporaryDirectory() as profile:
+    context = playwright.chromium.launch_persistent_context(
       profile, executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS,
       offline=True, viewport={"width": 1280, "height": 900})
     # Nothing leaves the machine: every request that is not a file is refused.
@@ -94,12 +102,15 @@ def browser():
 class Page:
   """A page opened from disk, recording console errors and failed requests."""
 
-  def __init__(self, context, path):
+  def __init__(self, context, path, width=1280):
     self.problems = []
     self.page = page = context.new_page()
+    page.set_viewport_size({"width": width, "height": 900})
     page.set_default_timeout(90_000)   # generous: a loaded 2-core machine is slow
-    page.on("console", lambda m: m.type in ("error", "assert")
+    self.requested = set()
+    page.on("console", lambda m: m.type in ("error", "assert", "warning")
             and self.problems.append(f"console {m.type}: {m.text} {m.location}"))
+    page.on("request", lambda r: self.requested.add(r.url))
     page.on("pageerror", lambda e: self.problems.append(f"uncaught: {e}"))
     page.on("requestfailed", lambda r: self.problems.append(
       f"request failed: {r.url} ({r.failure})"))
@@ -108,17 +119,19 @@ class Page:
     page.goto(path.as_uri(), wait_until="load")
 
   def settle(self):
-    self.page.wait_for_load_state("networkidle")
+    # Not "networkidle": chromium's late favicon request can hold that off.
+    self.page.wait_for_load_state("load")
+    self.page.evaluate("document.fonts.ready.then(() => true)")
     self.page.wait_for_timeout(500)  # late console messages
 
 
-def _page(build, browser, rel):
+def _page(build, browser, rel, width=1280):
   if build.returncode != 0:
     pytest.skip("the build failed")
   path = HTML / rel
   if not path.is_file():
     pytest.skip(f"{rel} is not built")
-  return Page(browser, path)
+  return Page(browser, path, width)
 
 
 def test_intro_page_loads_cleanly(build, browser):
@@ -208,13 +221,136 @@ def _toc_pages() -> list[str]:
   return [f + ".html" for f in files]
 
 
+WIDTHS = (390, 800, 1280)   # a phone, a tablet, a desktop
+MIN_TEXT_PX = 11            # the smallest readable text in a picture
+CHAPTERS = [p for p in _toc_pages() if "/part" in p or p.endswith(("primitives.html",
+                                                                   "jaxpr_language.html"))]
+
+# Everything in the article wider than its column, unless a box that scrolls
+# sideways (and is marked as such by autodidax.js) holds it.
+TOO_WIDE = """() => {
+  const article = document.querySelector('.bd-article');
+  const col = article.getBoundingClientRect();
+  const bad = [];
+  const scrolls = e => { const s = getComputedStyle(e);
+    return (s.overflowX == 'auto' || s.overflowX == 'scroll') && e.scrollWidth > e.clientWidth + 1; };
+  for (const e of article.querySelectorAll('*')) {
+    const r = e.getBoundingClientRect();
+    if (!(r.width > 0 && r.height > 0) || (r.right <= col.right + 1 && r.left >= col.left - 1)) continue;
+    if (e.closest('svg') && e.tagName.toLowerCase() != 'svg') continue;   // its <svg> is checked
+    let a = e.parentElement, held = false;
+    while (a && a != article) {
+      if (scrolls(a)) {
+        const ar = a.getBoundingClientRect();
+        if (!a.classList.contains('adx-scrolls')) { bad.push('unmarked scroller ' + a.className); }
+        else if (ar.right <= col.right + 1 && ar.left >= col.left - 1) { held = true; }
+        break;
+      }
+      a = a.parentElement;
+    }
+    if (!held) bad.push(`${e.tagName.toLowerCase()}.${e.className.baseVal ?? e.className}`
+                        + ` spans ${Math.round(r.left)}..${Math.round(r.right)},`
+                        + ` column ${Math.round(col.left)}..${Math.round(col.right)}`);
+  }
+  if (document.documentElement.scrollWidth > window.innerWidth + 1)
+    bad.push(`the page scrolls sideways: ${document.documentElement.scrollWidth} px`);
+  return [...new Set(bad)].slice(0, 10);
+}"""
+
+# Inline SVG pictures (in widgets) that are shown: their accessible name, the
+# size of their smallest text as drawn, and at full size.
+INLINE_PICTURES = """() => [...document.querySelectorAll('.bd-article svg:has(g.graph)')]
+  .filter(s => s.getBoundingClientRect().width > 0)
+  .map(s => {
+    const sizes = [...s.querySelectorAll('text')].map(t => parseFloat(t.getAttribute('font-size')));
+    const font = Math.min(...sizes.filter(x => x > 0));
+    const vb = s.viewBox.baseVal.width;
+    return {name: s.getAttribute('aria-label') || '', role: s.getAttribute('role'),
+            drawn: font * s.getBoundingClientRect().width / vb,
+            full: font * s.width.baseVal.value / vb,
+            zooms: !!s.closest('.adx-fit.adx-scaled')};
+  })"""
+
+IMAGES = """() => [...document.querySelectorAll('.bd-article img')]
+  .filter(i => i.getBoundingClientRect().width > 0)
+  .map(i => ({src: i.src, alt: i.alt, width: i.getBoundingClientRect().width,
+              link: (i.closest('a[href]') || {}).href || ''}))"""
+
+SVG_FONT = re.compile(r'font-size="([0-9.]+)"')
+SVG_SIZE = re.compile(r'<svg[^>]*\bwidth="([0-9.]+)pt"[^>]*viewBox="[-0-9. ]*?([0-9.]+) [0-9.]+"')
+
+
+def _check_pictures(page, width):
+  """Alt text that is not a file path; text at least MIN_TEXT_PX as drawn, or
+  a tap that shows the picture full size, where it is."""
+  bad = []
+  for img in page.evaluate(IMAGES):
+    name = Path(unquote(urlparse(img["src"]).path)).name
+    if not img["alt"].strip() or name in img["alt"] or len(img["alt"]) < 15:
+      bad.append(f"{name}: alt text {img['alt']!r}")
+    if img["link"] != img["src"]:
+      bad.append(f"{name}: no link to open it full size")
+    if name.endswith(".svg"):
+      svg = Path(unquote(urlparse(img["src"]).path)).read_text()
+      size, fonts = SVG_SIZE.search(svg), [float(f) for f in SVG_FONT.findall(svg)]
+      if size and fonts:
+        pt, vb = float(size.group(1)), float(size.group(2))
+        drawn, full = min(fonts) * img["width"] / vb, min(fonts) * pt * 4 / 3 / vb
+        if drawn < MIN_TEXT_PX and full < MIN_TEXT_PX:   # the link shows it full size
+          bad.append(f"{name}: text {drawn:.1f} px at {width} px, {full:.1f} px full size")
+  for pic in page.evaluate(INLINE_PICTURES):
+    if pic["role"] != "img" or len(pic["name"]) < 15:
+      bad.append(f"inline picture without an accessible name: {pic}")
+    if pic["drawn"] < MIN_TEXT_PX and not (pic["zooms"] and pic["full"] >= MIN_TEXT_PX):
+      bad.append(f"inline picture {pic['name'][:50]!r}: text {pic['drawn']:.1f} px")
+  return bad
+
+
+def _menu_opens(page, width):
+  """The visible menu button opens the chapter menu (a phone, a tablet), or
+  folds the sidebar away and back (a desktop)."""
+  page.evaluate("window.scrollTo(0, 0)")
+  toggle = page.locator(".primary-toggle").filter(visible=True).first
+  if width < 992:
+    toggle.click()
+    menu = page.locator("#pst-primary-sidebar-modal")
+    menu.wait_for(state="visible", timeout=5_000)
+    links = menu.locator("nav a.reference").filter(visible=True)
+    assert links.count() >= 9, f"{links.count()} links in the open menu"
+    page.keyboard.press("Escape")
+    menu.wait_for(state="hidden", timeout=5_000)
+  else:
+    sidebar = page.locator("#pst-primary-sidebar")
+    assert sidebar.is_visible()
+    toggle.click()
+    sidebar.wait_for(state="hidden", timeout=5_000)
+    toggle.click()
+    sidebar.wait_for(state="visible", timeout=5_000)
+
+
+def _widget_states(page):
+  """Yields once per state of the page's widgets: each choice of each
+  dropdown and list, picked in turn."""
+  yield "first"
+  controls = page.locator(".cell_output .jupyter-widgets select")
+  for c in range(controls.count()):
+    control = controls.nth(c)
+    n = control.evaluate("s => s.options.length")
+    for i in list(range(1, n)) + [0]:
+      control.select_option(index=i)
+      page.wait_for_timeout(250)   # the pane is redrawn; autodidax.js marks scrollers
+      yield f"widget {c} choice {i}"
+
+
+@pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("rel", _toc_pages())
-def test_every_page_renders_offline_without_errors(build, browser, rel):
-  """No console errors or failed requests with the network off; every image
-  loaded and every inline picture drawn with a size."""
+def test_every_page_at_every_width(build, browser, rel, width):
+  """At each width, in every widget state: nothing is wider than its column
+  unless it scrolls and says so; pictures have alt text and readable text (or
+  open full size); the menu opens; the console has no error or warning."""
   if not WIDGET_JS.is_file():
     _skip_or_fail("widget JavaScript not fetched (scripts/fetch_widget_js.sh needs npm)")
-  p = _page(build, browser, rel)
+  p = _page(build, browser, rel, width)
   p.settle()
   page = p.page
   broken = page.evaluate("""() => [...document.images]
@@ -225,8 +361,116 @@ def test_every_page_renders_offline_without_errors(build, browser, rel):
       .filter(s => { const b = s.getBoundingClientRect(); return !(b.width > 0 && b.height > 0); })
       .length""")
   assert empty == 0, f"{empty} inline SVG pictures have no size"
+  has_widgets = "widget-state+json" in (HTML / rel).read_text()
+  if has_widgets:
+    page.locator(".cell_output .jupyter-widgets").first.wait_for(state="visible")
+    # Keyboard focus on a widget's dropdown or list is plain to see.
+    select = page.locator(".cell_output .jupyter-widgets select").first
+    select.focus()
+    page.keyboard.press("Shift+Tab")
+    page.keyboard.press("Tab")
+    outline = select.evaluate("s => parseFloat(getComputedStyle(s).outlineWidth)")
+    assert outline >= 2, f"focus outline {outline} px"
+  page.wait_for_timeout(300)
+  for state in _widget_states(page):
+    wide = page.evaluate(TOO_WIDE)
+    assert wide == [], f"{rel} at {width} px, {state}: too wide: {wide}"
+    bad = _check_pictures(page, width)
+    assert bad == [], f"{rel} at {width} px, {state}: {bad}"
+  if rel in CHAPTERS and width in (390, 1280):
+    page.evaluate("document.activeElement && document.activeElement.blur(); window.scrollTo(0, 0)")
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    name = Path(rel).stem
+    # JPEG: a long page's PNG takes seconds to encode.
+    page.screenshot(path=str(SCREENSHOTS / f"{name}_{width}.jpg"), full_page=True,
+                    type="jpeg", quality=70)
+  _menu_opens(page, width)
+  if width == 1280:   # the weight the footer states: what the browser fetched
+    stated = page.locator(".adx-page-weight").inner_text()
+    m = re.search(r"weighs ([0-9.]+) (MB|kB)", stated)
+    assert m, stated
+    said = float(m.group(1)) * (1e6 if m.group(2) == "MB" else 1e3)
+    files = {Path(unquote(urlparse(u).path)) for u in p.requested if u.startswith("file:")}
+    fetched = sum(f.stat().st_size for f in files if f.is_file())
+    assert 0.8 * fetched <= said <= 1.25 * fetched, (stated, fetched)
+    if not has_widgets:
+      assert fetched < 3e6, f"{rel} weighs {fetched / 1e6:.1f} MB without widgets"
   assert p.problems == []
   page.close()
+
+
+@pytest.fixture(scope="module")
+def no_js_browser(playwright):
+  b = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                                 args=CHROMIUM_ARGS)
+  context = b.new_context(java_script_enabled=False, offline=True,
+                          viewport={"width": 390, "height": 900})
+  yield context
+  b.close()
+
+
+def test_widgets_show_a_static_picture_without_javascript(build, no_js_browser):
+  """With JavaScript off, each widget cell shows its first state instead."""
+  if build.returncode != 0:
+    pytest.skip("the build failed")
+  pages = [rel for rel in _toc_pages() if "widget-view+json" in (HTML / rel).read_text()]
+  assert pages, "no page has widgets"
+  for rel in pages:
+    page = no_js_browser.new_page()
+    page.goto((HTML / rel).as_uri())
+    outputs = page.locator(".cell_output:has(script[type='application/vnd.jupyter.widget-view+json'])")
+    assert outputs.count() > 0
+    for i in range(outputs.count()):
+      static = outputs.nth(i).locator(".adx-widget-static")
+      assert static.is_visible(), f"{rel}: widget {i} shows nothing without JavaScript"
+      assert static.locator("svg, pre, .adx-code").count() > 0, f"{rel}: widget {i}"
+    page.close()
+
+
+def test_widget_javascript_only_on_pages_with_widgets(build):
+  if build.returncode != 0:
+    pytest.skip("the build failed")
+  for page in HTML.rglob("*.html"):
+    text = page.read_text()
+    if "_static" in page.parts or "widget-state+json" in text:
+      continue
+    assert "embed-amd.js" not in text and "require.js" not in text, page
+
+
+def test_every_chapter_links_its_exercises_from_the_site(build):
+  """Under each chapter's title, a link downloads exercises/<name>.ipynb,
+  served by the site itself, and another goes to the page on running it."""
+  import yaml
+  if build.returncode != 0:
+    pytest.skip("the build failed")
+  config = yaml.safe_load((ROOT / "_config.yml").read_text())["sphinx"]["config"]
+  chapters = config["adx_exercises"]
+  assert {f"{c}.html" for c in chapters} == set(CHAPTERS)
+  for doc, notebook in chapters.items():
+    text = (HTML / f"{doc}.html").read_text()
+    m = re.search(r'<p class="adx-download">.*?href="([^"]+\.ipynb)" download.*?href="([^"]+)"',
+                  text)
+    assert m, f"{doc}: no download link"
+    served = (HTML / doc).parent / m.group(1)
+    assert served.read_bytes() == (ROOT / "exercises" / f"{notebook}.ipynb").read_bytes()
+    assert ((HTML / doc).parent / m.group(2)).resolve() == \
+        (HTML / f"{config['adx_exercises_howto']}.html").resolve()
+  import zipfile
+  with zipfile.ZipFile(HTML / "exercises" / "autodidax-course.zip") as z:
+    names = set(z.namelist())
+  for f in ["pyproject.toml", "lib/autodidax/core.py", "exercises/coursekit/checks.py"]:
+    assert f"autodidax-course/{f}" in names
+
+
+def test_glossary_points_to_the_chapters(build):
+  """Every "See Part N" of the glossary is a link to that chapter."""
+  if build.returncode != 0:
+    pytest.skip("the build failed")
+  text = (HTML / "book" / "glossary.html").read_text()
+  plain = re.findall(r"See (?:[^<.]*? and )?(Part \d|The jaxpr language)", text)
+  assert plain == [], plain
+  linked = re.findall(r'<a class="reference internal" href="(part\d_\w+)\.html"><span class="doc">Part', text)
+  assert len(linked) >= 20
 
 
 def test_internal_links_and_anchors_resolve(build):

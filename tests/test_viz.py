@@ -75,3 +75,63 @@ def test_stepper_has_one_linked_frame_per_bind():
   assert isinstance(frames, ipywidgets.Stack) and isinstance(steps, ipywidgets.Select)
   assert len(frames.children) == len(steps.options) == len(rec) > 0
   assert all("<svg" in fr.value for fr in frames.children)
+
+
+# -- Pictures that fit any screen and say what they show -----------------------------
+
+def test_every_picture_says_what_it_shows():
+  """Each graph's name (the SVG's <title>, the book's alt text) names what is drawn."""
+  from autodidax import lax
+  seen = {}
+
+  def f(x):
+    seen["stack"] = tuple(core.trace_stack)
+    return viz.peek(anp.sin(x) * 2., "inside")
+
+  with viz.capture() as snaps:
+    adx.vmap(lambda x: adx.jvp(f, (x,), (1.,)))(np.arange(3.))
+  snap_alt = snaps[0].graph().name
+  for words in ("inside", "level 2 JVPTrace", "level 1 BatchTrace", "JVPTracer (level 2)"):
+    assert words in snap_alt, (words, snap_alt)
+  jaxpr = adx.make_jaxpr(lambda a, b: anp.sin(b) * 3. + a)(np.zeros(3), np.ones(3))
+  graph = viz.jaxpr_graph(jaxpr)
+  assert graph.name == ("A jaxpr's dataflow graph: inputs a:f64[3], b:f64[3]; 3 equations "
+                        "(sin, mul, add); outputs e:f64[3]")
+  assert "<title>A jaxpr&#39;s dataflow graph" in _svg(graph) or \
+      "<title>A jaxpr's dataflow graph" in _svg(graph)
+  # The names in the alt text are the ones drawn in the nodes.
+  assert "e:f64[3]" in _svg(graph)
+  assert "missing" in viz.rules_graph(core.Primitive("nothing_yet")).name
+  assert "sin" in viz.rules_graph(lax.sin_p).name
+
+
+def test_inline_pictures_shrink_to_fit_and_have_an_accessible_name():
+  jaxpr = adx.make_jaxpr(lambda x: anp.sin(x))(np.ones(2))
+  html = viz.svg_html(viz.jaxpr_graph(jaxpr))
+  assert html.startswith('<div class="adx-fit">')
+  assert 'role="img" aria-label="A jaxpr&#x27;s dataflow graph' in html
+  assert "max-width:100%;height:auto" in html
+  # Panes wrap: side by side while there is room.
+  assert "flex-wrap:wrap" in viz.side_by_side("a", "b")._repr_html_()
+
+
+def test_labels_are_cut_at_a_word_with_an_ellipsis():
+  long = ", ".join(f"param{i}=value{i}" for i in range(12))
+  cut = viz._clip(long, 60)
+  assert len(cut) <= 60 and cut.endswith("…")
+  assert long.startswith(cut[:-1]) and cut[-2] not in ", "
+  assert long[len(cut) - 1] in ", "   # cut at a separator, not inside a word
+  assert viz._clip("short", 60) == "short"
+
+
+def test_staging_levels_show_their_builder_not_a_raw_repr():
+  seen = {}
+
+  def f(x):
+    seen["stack"] = tuple(core.trace_stack)
+    return x + 1.
+
+  adx.make_jaxpr(f)(1.)
+  svg = _svg(viz.stack_graph(seen["stack"]))
+  assert "object at 0x" not in svg and "&lt;autodidax" not in svg
+  assert "JaxprBuilder: " in svg and "equations so far" in svg

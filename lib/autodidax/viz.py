@@ -36,13 +36,15 @@ def _color(trace_type) -> str:
   return TRACE_COLORS.get(getattr(trace_type, "__name__", str(trace_type)), "#f3e8ff")
 
 
-def _digraph(name: str, **attrs):
+def _digraph(alt: str, **attrs):
+  """A graph whose name is `alt`, a sentence saying what it shows: graphviz
+  writes it as the SVG's <title>, which the book uses as the picture's alt text."""
   import graphviz
   if shutil.which("dot") is None:   # e.g. the venv's graphviz-pure shim, not on PATH
     here = os.path.dirname(sys.executable)
     if os.path.exists(os.path.join(here, "dot")):
       os.environ["PATH"] = here + os.pathsep + os.environ.get("PATH", "")
-  g = graphviz.Digraph(name)
+  g = graphviz.Digraph(alt)
   g.attr(fontname="Helvetica", fontsize="11", bgcolor="transparent", **attrs)
   g.attr("node", fontname="Helvetica", fontsize="11")
   g.attr("edge", fontname="Helvetica", fontsize="10")
@@ -81,8 +83,7 @@ def _stack_html(stack, active=None, dynamic=None) -> str:
     is_active = active is not None and main.level == active.level
     data = ""
     if main.global_data is not None:
-      shown = (f"axis_size={main.global_data}" if name == "BatchTrace"
-               else html.escape(repr(main.global_data))[:40])
+      shown = html.escape(_global_data_label(name, main.global_data))
       data = f'<br/><font point-size="9">{shown}</font>'
     if dynamic is not None and main.level == dynamic.level:
       data += '<br/><font point-size="9">(the dynamic trace)</font>'
@@ -94,11 +95,42 @@ def _stack_html(stack, active=None, dynamic=None) -> str:
           + "".join(rows) + "</table>")
 
 
+def _titled(title: str | None, alt: str) -> str:
+  return f"{title}. {alt}" if title else alt
+
+
+def _global_data_label(trace_name: str, data) -> str:
+  """What a level's global data is, in a few words (never a raw object repr)."""
+  if trace_name == "BatchTrace":
+    return f"axis_size={data}"
+  if hasattr(data, "eqns"):   # a staging trace's JaxprBuilder
+    return f"{type(data).__name__}: {len(data.eqns)} equations so far"
+  r = repr(data)
+  return _clip(f"a {type(data).__name__}" if " object at 0x" in r else r, 40)
+
+
+def _clip(text: str, n: int) -> str:
+  """`text` cut to at most `n` characters, at a word or comma, with an ellipsis."""
+  if len(text) <= n:
+    return text
+  cut = text[:n - 1]
+  at = max(cut.rfind(" "), cut.rfind(","))
+  return (cut[:at] if at > n // 2 else cut).rstrip(" ,") + "…"
+
+
+def _stack_alt(stack, active=None) -> str:
+  levels = ", ".join(f"level {m.level} {m.trace_type.__name__}" for m in reversed(stack))
+  alt = f"The interpreter stack, top first: {levels}"
+  if active is not None:
+    alt += f"; level {active.level} ({active.trace_type.__name__}) handles this bind"
+  return alt
+
+
 def stack_graph(stack=None, active: MainTrace | None = None, title: str | None = None,
                 dynamic: MainTrace | None = None):
   """The interpreter stack, top level first; `active` is highlighted."""
   stack = list(core.trace_stack if stack is None else stack)
-  g = _digraph("stack")
+  g = _digraph(_titled(title, _stack_alt(stack, active)))
   if title:
     g.attr(label=title, labelloc="t")
   g.node("stack", f"<{_stack_html(stack, active, dynamic)}>", shape="plaintext")
@@ -134,9 +166,18 @@ def _boxing_html(x) -> str:
           + "".join(rows) + "</table>")
 
 
+def _boxing_alt(x) -> str:
+  """'a JVPTracer (level 2) boxing a BatchTracer (level 1) boxing f64[3]'."""
+  if not isinstance(x, Tracer):
+    return short(x)
+  inner = [v for _, v in _tracer_fields(x) if isinstance(v, Tracer) or hasattr(v, "shape")]
+  alt = f"a {type(x).__name__} (level {x._trace.main.level}) of type {x.aval.str_short()}"
+  return alt + (f" boxing {' and '.join(_boxing_alt(v) for v in inner)}" if inner else "")
+
+
 def value_graph(x, title: str | None = None):
   """Nested boxes: which tracer boxes which, down to the plain array."""
-  g = _digraph("value")
+  g = _digraph(_titled(title, f"How the value is boxed: {_boxing_alt(x)}"))
   if title:
     g.attr(label=title, labelloc="t")
   g.node("v", f"<{_boxing_html(x)}>", shape="plaintext")
@@ -154,7 +195,8 @@ class Snapshot:
     self.dynamic = core.dynamic_trace
 
   def graph(self):
-    g = _digraph("snapshot", compound="true")
+    alt = _titled(self.label, f"{_stack_alt(self.stack)}. The value: {_boxing_alt(self.value)}")
+    g = _digraph(alt, compound="true")
     if self.label:
       g.attr(label=self.label, labelloc="t")
     with g.subgraph(name="cluster_stack") as s:
@@ -164,6 +206,7 @@ class Snapshot:
     with g.subgraph(name="cluster_value") as v:
       v.attr(label="the value", style="rounded", color="#999999")
       v.node("v", f"<{_boxing_html(self.value)}>", shape="plaintext")
+    g.edge("stack", "v", style="invis")   # one above the other: narrow enough for a phone
     return g
 
   def _repr_mimebundle_(self, include=None, exclude=None):
@@ -217,9 +260,8 @@ class Recording:
                        title=f"step {i + 1}/{len(self.events)}: bind({e.prim.name})")
 
   def frame_html(self, i: int, context: int = 6) -> str:
-    """One frame: the stack picture beside the list of binds around step i."""
-    svg = self.frame_graph(i).pipe(format="svg").decode()
-    svg = svg[svg.index("<svg"):]
+    """One frame: the stack picture beside the list of binds around step i
+    (below it, in a narrow column)."""
     lo, hi = max(0, i - context), min(len(self.events), i + context + 1)
     items = []
     for j in range(lo, hi):
@@ -230,10 +272,8 @@ class Recording:
     detail = (f"<div style='margin-top:6px'><b>in:</b> "
               f"{html.escape(', '.join(short(a) for a in e.args))}<br/>"
               f"<b>out:</b> {html.escape(', '.join(short(o) for o in e.outs or []))}</div>")
-    return (f'<div style="display:flex;gap:16px;align-items:flex-start">'
-            f'<div style="flex:0 0 auto">{svg}</div>'
-            f'<div style="font-family:monospace;font-size:12px">{"".join(items)}{detail}</div>'
-            f'</div>')
+    text = f'<div class="adx-code" style="overflow-x:auto">{"".join(items)}{detail}</div>'
+    return _panes([svg_html(self.frame_graph(i)), text])
 
   def stepper(self, max_frames: int = 60):
     """A widget stepping through the binds: pick one in the list to see the
@@ -280,9 +320,19 @@ def _eqn_label(eqn, names, var_label) -> str:
   if lits:
     label += f" {html.escape(' '.join(lits))}"
   if params:
-    label += f'<br/><font point-size="9">{html.escape(params)[:60]}</font>'
+    label += f'<br/><font point-size="9">{html.escape(_clip(params, 60))}</font>'
   outs = ", ".join(var_label(v) for v in eqn.out_binders)
   return label + f'<br/><font point-size="9" color="#555555">{html.escape(outs)}</font>>'
+
+
+def _jaxpr_alt(jaxpr, names, kind="A jaxpr's dataflow graph") -> str:
+  from .jaxpr import Lit, _fmt_literal
+  def atom(x):
+    return _fmt_literal(x.val) if isinstance(x, Lit) else f"{names[x]}:{x.aval.str_short()}"
+  prims = list(dict.fromkeys(e.primitive.name for e in jaxpr.eqns))
+  return (f"{kind}: inputs {', '.join(map(atom, jaxpr.invars)) or 'none'}; "
+          f"{len(jaxpr.eqns)} equations ({_clip(', '.join(prims), 80) or 'none'}); "
+          f"outputs {', '.join(map(atom, jaxpr.outvars))}")
 
 
 def jaxpr_graph(jaxpr, title: str | None = None, max_eqns: int = 200):
@@ -291,7 +341,7 @@ def jaxpr_graph(jaxpr, title: str | None = None, max_eqns: int = 200):
   if isinstance(jaxpr, ClosedJaxpr):
     jaxpr = jaxpr.jaxpr
   names = _Names()
-  g = _digraph("jaxpr", rankdir="TB", nodesep="0.2", ranksep="0.3")
+  g = _digraph("", rankdir="TB", nodesep="0.2", ranksep="0.3")
   if title:
     g.attr(label=title, labelloc="t")
   producer = {}   # Var -> node id
@@ -328,22 +378,22 @@ def jaxpr_graph(jaxpr, title: str | None = None, max_eqns: int = 200):
              fillcolor="#fff3cd")
       if not isinstance(x, Lit) and x in producer:
         g.edge(producer[x], f"out{k}")
+  g.name = _titled(title, _jaxpr_alt(jaxpr, names))   # the names as drawn
   return g
 
 
 class SideBySide:
-  """Texts in columns, e.g. our jaxpr beside `str(jax.make_jaxpr(f)(x))`."""
+  """Texts in columns, e.g. our jaxpr beside `str(jax.make_jaxpr(f)(x))`;
+  the columns stack when the page is narrow."""
 
   def __init__(self, *columns, titles=None):
     self.columns = [re.sub(r"\x1b\[[0-9;]*m", "", str(c)) for c in columns]  # no ANSI colours
     self.titles = list(titles or [f"#{i}" for i in range(len(columns))])
 
   def _repr_html_(self):
-    cols = "".join(
-        f'<div style="flex:1;min-width:0"><div style="font-weight:bold">{html.escape(t)}</div>'
-        f'<pre style="white-space:pre;overflow-x:auto;font-size:12px">{html.escape(c)}</pre></div>'
-        for t, c in zip(self.titles, self.columns))
-    return f'<div style="display:flex;gap:12px">{cols}</div>'
+    return _panes([f'<div style="font-weight:bold">{html.escape(t)}</div>'
+                   f'<pre class="adx-code" style="white-space:pre;overflow-x:auto">'
+                   f'{html.escape(c)}</pre>' for t, c in zip(self.titles, self.columns)])
 
   def __repr__(self):
     return "\n\n".join(f"--- {t}\n{c}" for t, c in zip(self.titles, self.columns))
@@ -364,24 +414,44 @@ def explorer(examples: dict, make):
   names = list(examples)
   panes = [w.HTML(_as_html(make(examples[n]))) for n in names]
   stack = w.Stack(panes, selected_index=0)
-  pick = w.Dropdown(options=names, index=0, description="example")
+  width = f"{min(max(map(len, names)) + 12, 60)}ch"   # room for the longest name
+  pick = w.Dropdown(options=names, index=0, description="example",
+                    layout=w.Layout(width=width, max_width="100%"))
   w.jslink((pick, "index"), (stack, "selected_index"))
   return w.VBox([pick, stack])
+
+
+def svg_html(graph) -> str:
+  """A graphviz graph as inline SVG that shrinks to fit its column (in the
+  book, a click shows it full size), named for screen readers by the graph's
+  alt text."""
+  svg = graph.pipe(format="svg").decode()
+  svg = svg[svg.index("<svg"):]
+  alt = html.escape(graph.name or "a graph", quote=True)
+  svg = svg.replace("<svg", f'<svg role="img" aria-label="{alt}" '
+                    'style="max-width:100%;height:auto"', 1)
+  return f'<div class="adx-fit">{svg}</div>'
+
+
+def _panes(parts) -> str:
+  """Side by side while there is room, one below the other when there is not."""
+  return ('<div class="adx-panes" style="display:flex;flex-wrap:wrap;gap:16px;'
+          'align-items:flex-start">' + "".join(
+              f'<div style="flex:1 1 320px;min-width:0;max-width:100%">{p}</div>'
+              for p in parts) + "</div>")
 
 
 def _as_html(obj) -> str:
   """HTML for a pane: a tuple's items side by side, a list's stacked."""
   if isinstance(obj, tuple):
-    return '<div style="display:flex;gap:16px;align-items:flex-start">' + "".join(
-        f'<div style="flex:0 0 auto">{_as_html(o)}</div>' for o in obj) + "</div>"
+    return _panes(_as_html(o) for o in obj)
   if isinstance(obj, list):
     return "".join(f"<div>{_as_html(o)}</div>" for o in obj)
   if hasattr(obj, "pipe"):          # a graphviz graph
-    svg = obj.pipe(format="svg").decode()
-    return svg[svg.index("<svg"):]
+    return svg_html(obj)
   if hasattr(obj, "_repr_html_"):
     return obj._repr_html_()
-  return f"<pre>{html.escape(str(obj))}</pre>"
+  return f'<pre class="adx-code" style="overflow-x:auto">{html.escape(str(obj))}</pre>'
 
 
 # --- The jit pipeline -----------------------------------------------------------------------
@@ -395,21 +465,25 @@ def jit_pipeline(jitted, *args):
   stablehlo = lowered.as_text()
   hlo = compiled.as_text()
   fused = hlo.count("fused_computation") + hlo.count("%fusion")
-  g = _digraph("pipeline", rankdir="LR", nodesep="0.3")
-  g.attr("node", shape="box", style="rounded,filled", fillcolor="#f8f9fa")
   name = getattr(jitted, "__name__", "f")
-  g.node("py", f"<<b>Python function</b><br/>{html.escape(name)}(...)>", fillcolor="#e8e8e8")
-  g.node("jaxpr", f"<<b>jaxpr</b><br/>{len(jaxpr.eqns)} equations>", fillcolor="#d4edda")
-  g.node("shlo", f"<<b>StableHLO</b><br/>{stablehlo.count(' = stablehlo.')} ops>",
-         fillcolor="#cfe2ff")
-  g.node("hlo", f"<<b>optimized HLO</b><br/>{max(fused, 0)} fusion mentions>",
-         fillcolor="#ffe5b4")
-  g.node("exe", "<<b>executable</b><br/>on " + html.escape(compiled._exe.platform) + ">",
-         fillcolor="#f8d7da")
-  g.edge("py", "jaxpr", label="trace\n(make_jaxpr)")
-  g.edge("jaxpr", "shlo", label="lower\n(lowering rules)")
-  g.edge("shlo", "hlo", label="XLA passes")
-  g.edge("hlo", "exe", label="codegen")
+  n_ops, platform = stablehlo.count(" = stablehlo."), compiled._exe.platform
+  stages = [("py", "Python function", f"{name}(...)", "#e8e8e8"),
+            ("jaxpr", "jaxpr", f"{len(jaxpr.eqns)} equations", "#d4edda"),
+            ("shlo", "StableHLO", f"{n_ops} ops", "#cfe2ff"),
+            ("hlo", "optimized HLO", f"{max(fused, 0)} fusion mentions", "#ffe5b4"),
+            ("exe", "executable", f"on {platform}", "#f8d7da")]
+  caches = f"traces: {jitted.trace_count}, specializations: {len(jitted._cache)}"
+  alt = (f"The jit pipeline of {name}: " + " → ".join(f"{t} ({d})" for _, t, d, _ in stages)
+         + f"; caches: {caches}")
+  # Top to bottom, so that it stays narrow enough to read on a phone.
+  g = _digraph(alt, rankdir="TB", nodesep="0.4", ranksep="0.35")
+  g.attr("node", shape="box", style="rounded,filled", fillcolor="#f8f9fa")
+  for node, t, d, color in stages:
+    g.node(node, f"<<b>{t}</b><br/>{html.escape(d)}>", fillcolor=color)
+  g.edge("py", "jaxpr", label=" trace (make_jaxpr)")
+  g.edge("jaxpr", "shlo", label=" lower (lowering rules)")
+  g.edge("shlo", "hlo", label=" XLA passes")
+  g.edge("hlo", "exe", label=" codegen")
   g.node("cache", f"<<b>caches</b><br/>traces: {jitted.trace_count}<br/>"
                   f"specializations: {len(jitted._cache)}>",
          shape="note", fillcolor="#fff3cd")
@@ -435,15 +509,21 @@ def partial_eval_graph(f, args, known, title: str | None = None):
     outs = f(*tracers_in)
     outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
     tracers_out = [full_raise(trace, o) for o in outs]
-  g = _digraph("pe", rankdir="TB", nodesep="0.25", ranksep="0.3")
-  if title:
-    g.attr(label=title, labelloc="t")
   unknown_out = [t for t in tracers_out if t.pval.is_unknown]
   order = pe.toposort(unknown_out, pe.tracer_parents)
   step = {}
   for t in order:
     if isinstance(t.recipe, pe.JaxprEqnRecipe) and id(t.recipe) not in step:
-      step[id(t.recipe)] = len(step) + 1
+      step[id(t.recipe)] = (len(step) + 1, t.recipe.prim.name)
+  knowns = ", ".join(f"x{i} {'known' if t.pval.is_known else 'unknown'}"
+                     for i, t in enumerate(tracers_in))
+  steps = ", ".join(f"{n}. {p}" for n, p in step.values())
+  alt = (f"Partial evaluation's graph of tracers and recipes: inputs {knowns}; "
+         f"recipes for the unknown values, in jaxpr order: {_clip(steps, 100) or 'none'}; "
+         f"{len(unknown_out)} of {len(tracers_out)} outputs unknown")
+  g = _digraph(_titled(title, alt), rankdir="TB", nodesep="0.25", ranksep="0.3")
+  if title:
+    g.attr(label=title, labelloc="t")
   names = {}
   tid = lambda t: f"t{id(t)}"
 
@@ -473,7 +553,7 @@ def partial_eval_graph(f, args, known, title: str | None = None):
       rid = f"r{id(r)}"
       if id(r) not in drawn_recipes:
         drawn_recipes.add(id(r))
-        g.node(rid, f"<<b>{r.prim.name}</b><br/><font point-size='9'>step {step[id(r)]}</font>>",
+        g.node(rid, f"<<b>{r.prim.name}</b><br/><font point-size='9'>step {step[id(r)][0]}</font>>",
                shape="box", style="rounded,filled", fillcolor="#cfe2ff")
         for x in r.tracers_in:
           g.edge(tid(x), rid)
@@ -496,10 +576,8 @@ class Columns:
     self.panes = panes
 
   def _repr_html_(self):
-    cols = "".join(   # panes wrap onto the next line when the page is narrow
-        f'<div style="flex:1 1 300px;min-width:0"><div style="font-weight:bold;margin-bottom:4px">'
-        f'{html.escape(t)}</div>{_as_html(p)}</div>' for t, p in self.panes.items())
-    return f'<div style="display:flex;flex-wrap:wrap;gap:14px;align-items:flex-start">{cols}</div>'
+    return _panes(f'<div style="font-weight:bold;margin-bottom:4px">{html.escape(t)}</div>'
+                  f'{_as_html(p)}' for t, p in self.panes.items())
 
   def __repr__(self):
     return "\n\n".join(f"--- {t}\n{p}" for t, p in self.panes.items())
@@ -648,7 +726,14 @@ def rules_graph(prim, title: str | None = None):
   tables = {"impl": core.impl_rules, "abstract eval": core.abstract_eval_rules,
             "lowering": lowering.lowering_rules, "JVP": ad.jvp_rules,
             "transpose": ad.transpose_rules, "batching": batching.vmap_rules}
-  g = _digraph("rules", rankdir="LR", nodesep="0.15", ranksep="1.1")
+  name = getattr(prim, "name", prim)
+  have = [r for r, table in tables.items() if prim in table]
+  missing = [r for r in tables if r not in have]
+  failing = [t for t, rules in TRANSFORMATION_RULES.items() if not set(rules) <= set(have)]
+  alt = (f"Which rule tables each transformation uses for {name}: it has "
+         f"{', '.join(have) or 'no'} rules" + (f"; missing {', '.join(missing)}, so "
+         f"{', '.join(failing)} fail" if missing else "; every transformation works"))
+  g = _digraph(_titled(title, alt), rankdir="LR", nodesep="0.15", ranksep="1.1")
   if title:
     g.attr(label=title, labelloc="t")
   for rule, table in tables.items():
@@ -677,7 +762,8 @@ def jaxpr_graph_nested(jaxpr, title: str | None = None, max_eqns: int = 200):
   if isinstance(jaxpr, ClosedJaxpr):
     jaxpr = jaxpr.jaxpr
   names = _Names()
-  g = _digraph("jaxpr", rankdir="TB", nodesep="0.2", ranksep="0.3", compound="true")
+  kind = "A jaxpr's dataflow graph, sub-jaxprs of higher-order equations drawn inside them"
+  g = _digraph("", rankdir="TB", nodesep="0.2", ranksep="0.3", compound="true")
   if title:
     g.attr(label=title, labelloc="t")
   counter = [0]
@@ -752,4 +838,5 @@ def jaxpr_graph_nested(jaxpr, title: str | None = None, max_eqns: int = 200):
              fillcolor="#fff3cd")
       if src is not None:
         g.edge(src, f"out{k}")
+  g.name = _titled(title, _jaxpr_alt(jaxpr, names, kind))   # the names as drawn
   return g
