@@ -462,6 +462,24 @@ def test_every_chapter_links_its_exercises_from_the_site(build):
     assert f"autodidax-course/{f}" in names
 
 
+def test_the_sites_zip_installs_the_library_and_the_checks(build, tmp_path):
+  """`pip install autodidax-course.zip`, as the page on running the exercises
+  says, installs both packages (offline here: no build isolation)."""
+  if build.returncode != 0:
+    pytest.skip("the build failed")
+  pytest.importorskip("setuptools")
+  proc = subprocess.run(
+    [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+     "--target", str(tmp_path / "site"), str(HTML / "exercises" / "autodidax-course.zip")],
+    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  assert proc.returncode == 0, proc.stdout
+  proc = subprocess.run(
+    [sys.executable, "-c", "import autodidax, coursekit.checks; print(autodidax.__file__)"],
+    cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(tmp_path / "site")),
+    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  assert proc.returncode == 0 and str(tmp_path) in proc.stdout, proc.stdout
+
+
 def test_glossary_points_to_the_chapters(build):
   """Every "See Part N" of the glossary is a link to that chapter."""
   if build.returncode != 0:
