@@ -458,7 +458,8 @@ def test_every_chapter_links_its_exercises_from_the_site(build):
   import zipfile
   with zipfile.ZipFile(HTML / "exercises" / "autodidax-course.zip") as z:
     names = set(z.namelist())
-  for f in ["pyproject.toml", "lib/autodidax/core.py", "exercises/coursekit/checks.py"]:
+  for f in ["pyproject.toml", "lib/autodidax/core.py", "exercises/coursekit/checks.py",
+            "exercises/coursekit/probes/part1.py", "exercises/coursekit/expected/part1.json"]:
     assert f"autodidax-course/{f}" in names
 
 
@@ -474,10 +475,12 @@ def test_the_sites_zip_installs_the_library_and_the_checks(build, tmp_path):
     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
   assert proc.returncode == 0, proc.stdout
   proc = subprocess.run(
-    [sys.executable, "-c", "import autodidax, coursekit.checks; print(autodidax.__file__)"],
+    [sys.executable, "-c", "import autodidax, json, coursekit.checks as c, coursekit.probes.part1; "
+     "print(autodidax.__file__, len(json.loads((c.EXPECTED / 'part1.json').read_text())))"],
     cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(tmp_path / "site")),
     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
   assert proc.returncode == 0 and str(tmp_path) in proc.stdout, proc.stdout
+  assert proc.stdout.split()[-1] == "6", proc.stdout   # the check cells' expected records
 
 
 def test_glossary_points_to_the_chapters(build):

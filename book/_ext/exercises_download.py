@@ -15,8 +15,10 @@ from docutils import nodes
 
 OUT = "exercises"                   # in the built site
 ZIP = "autodidax-course.zip"
-IN_ZIP = [   # what `pip install` needs: the package metadata and both packages
-  "pyproject.toml", "lib/autodidax/*.py", "exercises/coursekit/*.py",
+IN_ZIP = [   # what `pip install` needs: the package metadata and both packages, with
+  # the check cells' probes and the reference's expected records
+  "pyproject.toml", "lib/autodidax/**/*.py", "exercises/coursekit/*.py",
+  "exercises/coursekit/probes/*.py", "exercises/coursekit/expected/*.json",
 ]
 
 
