@@ -470,3 +470,53 @@ def grad(f):
       raise TypeError(f"grad needs a scalar output, got {aval.str_short()}")
     return f_vjp(np.ones((), aval.dtype))[0]
   return gradient
+
+
+# --- Where each piece lives in JAX today ---------------------------------------------------
+# (concept, the name in Parts 1-4, the name here, the name under jax._src); each
+# name is a real attribute: the chapter and tests/test_stackless.py resolve them.
+
+JAX_NAMES = [
+    ("a primitive and its bind", "core.Primitive", "core.Primitive", "core.Primitive"),
+    ("an interpreter", "core.Trace", "stackless.Trace", "core.Trace"),
+    ("its identity (the tag)", "core.MainTrace", "stackless.Trace", "core.TraceTag"),
+    ("a boxed value", "core.Tracer", "stackless.Tracer", "core.Tracer"),
+    ("who handles a bind", "core.find_top_trace", "stackless.current_trace",
+     "core.find_top_trace"),
+    ("starting a transformation", "core.new_main", "stackless.set_current_trace",
+     "core.set_current_trace"),
+    ("a rule picks where its binds go", "core.full_raise", "stackless.bind_with_trace",
+     "core.take_current_trace"),
+    ("evaluation", "core.EvalTrace", "stackless.EvalTrace", "core.EvalTrace"),
+    ("forward mode", "ad.JVPTrace", "stackless.JVPTrace", "interpreters.ad.JVPTrace"),
+    ("JVP rules", "ad.jvp_rules", "ad.jvp_rules", "interpreters.ad.primitive_jvps"),
+    ("a symbolic zero tangent", "ad.Zero", "ad.Zero", "interpreters.ad.Zero"),
+    ("vectorizing", "batching.BatchTrace", "stackless.BatchTrace",
+     "interpreters.batching.BatchTrace"),
+    ("batching rules", "batching.vmap_rules", "batching.vmap_rules",
+     "interpreters.batching.primitive_batchers"),
+    ("abstract values", "core.ShapedArray", "core.ShapedArray", "core.ShapedArray"),
+    ("the IR", "jaxpr.Jaxpr", "jaxpr.Jaxpr", "core.Jaxpr"),
+    ("running a jaxpr", "jaxpr.eval_jaxpr", "jaxpr.eval_jaxpr", "core.eval_jaxpr"),
+    ("staging (make_jaxpr, jit)", "partial_eval.DynamicJaxprTrace",
+     "stackless.DynamicJaxprTrace", "interpreters.partial_eval.DynamicJaxprTrace"),
+    ("omnistaging", "core.new_dynamic", "stackless.set_current_trace",
+     "core.set_current_trace"),
+    ("partial evaluation", "partial_eval.PartialEvalTrace", "stackless.DynamicJaxprTrace",
+     "interpreters.partial_eval.JaxprTrace"),
+    ("known or unknown", "partial_eval.PartialVal", "stackless.DynamicJaxprTrace",
+     "interpreters.partial_eval.PartialVal"),
+    ("jit's primitive", "xla.xla_call_p", "stackless.jit_p", "pjit.jit_p"),
+    ("lowering rules", "lowering.register_lowering", "lowering.register_lowering",
+     "interpreters.mlir.register_lowering"),
+    ("linearize", "api.linearize", "stackless.LinearizeTrace",
+     "interpreters.ad.LinearizeTrace"),
+    ("per-primitive linearization", "partial_eval.partial_eval_jaxpr",
+     "stackless.linearize_rules", "interpreters.ad.primitive_linearizations"),
+    ("a linear input being transposed", "ad.UndefPrimal", "ad.UndefPrimal",
+     "interpreters.ad.UndefinedPrimal"),
+    ("transpose rules", "ad.transpose_rules", "ad.transpose_rules",
+     "interpreters.ad.primitive_transposes"),
+    ("the backward pass", "ad.backward_pass", "ad.backward_pass",
+     "interpreters.ad.backward_pass"),
+]
