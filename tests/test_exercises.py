@@ -33,6 +33,7 @@ PARTS = {   # part: its exercises, in order
     "part4": ["4.1", "4.2", "4.3", "4.4", "4.5", "4.6", "4.7"],
     "primitives": ["P.1", "P.2", "P.3", "P.4", "P.5", "P.6"],
     "jaxpr_language": ["C.1", "C.2", "C.3", "C.4", "C.5", "C.6"],
+    "jax_today": ["T.1", "T.2", "T.3", "T.4", "T.5"],
 }
 STUB = EXERCISE_DIR / "part1.ipynb"   # the grader's harder cases use Part 1
 EXERCISES = PARTS["part1"]
@@ -88,6 +89,14 @@ MISTAKES = {
     "C.4": ("[ShapedArray((length, *y.shape), y.dtype)", "[ShapedArray(y.shape, y.dtype)"),
     "C.5": ("return 2 * int(", "return 1 * int("),
     "C.6": ("c_answer = [4.5, 4., 2.]", "c_answer = [2., 4., 4.5]"),
+    # JAX today
+    "T.1": ("if isinstance(x, sl.JVPTracer) and x._trace is trace:",
+            "if isinstance(x, sl.JVPTracer):"),
+    "T.2": ("with sl.set_current_trace(self.parent):", "with sl.set_current_trace(sl.eval_trace):"),
+    "T.3": ("with sl.set_current_trace(trace):", "with sl.set_current_trace(sl.eval_trace):"),
+    "T.4": ("return tuple(instantiate_zeros(c) for c in ad.backward_pass(jaxpr, args, [ct]))",
+            "return tuple(ad.backward_pass(jaxpr, args, [ct]))"),
+    "T.5": ("names.insert(0, type(trace).__name__)", "names.append(type(trace).__name__)"),
 }
 
 
