@@ -257,6 +257,13 @@ def test_escaped_tracer_is_reported():
     sl.jvp(lambda y: saved[0] * y, (1.,), (1.,))
 
 
+def test_vmap_with_no_or_unequal_sizes_says_so():
+  with pytest.raises(ValueError, match=r"one mapped axis size, got \[2, 3\]"):
+    sl.vmap(lambda x, y: x + y)(np.ones(2), np.ones(3))
+  with pytest.raises(ValueError, match="got none"):
+    sl.vmap(lambda x: x, in_axes=None)(np.ones(2))
+
+
 def test_branching_on_a_staged_value_raises_and_restores_the_context():
   with pytest.raises(TypeError, match="DynamicJaxprTrace"):
     sl.jit(lambda x: x if x > 0 else -x)(1.0)

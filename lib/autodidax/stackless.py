@@ -210,7 +210,10 @@ def vmap(f, in_axes=0):
     flat, in_tree = tree_flatten(args)
     dims = [None if ax is None else ax % np.ndim(x)   # each leaf gets its argument's axis
             for arg, ax in zip(args, axes) for x in tree_flatten(arg)[0]]
-    size, = {np.shape(x)[d] for x, d in zip(flat, dims) if d is not None}
+    sizes = {np.shape(x)[d] for x, d in zip(flat, dims) if d is not None}
+    if len(sizes) != 1:
+      raise ValueError(f"vmap needs one mapped axis size, got {sorted(sizes) or 'none'}")
+    size, = sizes
     with running(BatchTrace(_current, size)) as trace:
       ins = [x if d is None else BatchTracer(trace, x, d) for x, d in zip(flat, dims)]
       outs, out_tree = _call(f, trace, in_tree, ins)
