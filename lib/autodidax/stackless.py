@@ -22,7 +22,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from . import ad, batching, core, runtime, xla
+from . import ad, batching, core, lowering, runtime, xla
 from . import partial_eval as pe
 from .ad import UndefPrimal, Zero, instantiate_zeros
 from .batching import not_mapped
@@ -383,10 +383,15 @@ def _jit_linearize(trace, prim, primals, tangents, params):
   return outs[:n_out], tangents_out
 
 
+def _jit_lowering(ctx, *args, jaxpr, name):   # a jit inside a jit is inlined
+  return lowering.lower_jaxpr_body(ctx, jaxpr, dict(zip(jaxpr.invars, args)))
+
+
 impl_rules[jit_p] = _jit_impl
 abstract_eval_rules[jit_p] = lambda *avals, jaxpr, name: [x.aval for x in jaxpr.outvars]
 ad.jvp_rules[jit_p] = _jit_jvp
 batching.vmap_rules[jit_p] = _jit_vmap
+lowering.register_lowering(jit_p, _jit_lowering)
 
 
 # --- linearize, vjp and grad -----------------------------------------------------------------
