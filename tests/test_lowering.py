@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 import autodidax as adx
 import autodidax.numpy as anp
 from autodidax import core, lax, lowering, runtime
+from autodidax import stackless
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:jax.*")
 
@@ -135,6 +136,8 @@ CASES = [
     ("scan", lambda c, xs: lax.scan(lambda c, x: (c * x + 1., c + x), c, xs, reverse=True)[1],
      lambda c, xs: jax.lax.scan(lambda c, x: (c * x + 1., c + x), c, xs, reverse=True)[1],
      (F32(2), F32(4, 2))),
+    ("stackless_jit", lambda x: stackless.jit(lambda y: anp.sin(y) * 2.)(x),   # "JAX today"
+     lambda x: jnp.sin(x) * 2., (F64(3),)),
 ]
 
 

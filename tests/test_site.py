@@ -183,6 +183,25 @@ def test_part1_renders_graphs_and_widgets_offline(build, browser):
   page.close()
 
 
+def test_jax_today_dispatch_stepper_steps_offline(build, browser):
+  """The chapter "JAX today": its dispatch stepper steps without a kernel."""
+  if not WIDGET_JS.is_file():
+    _skip_or_fail("widget JavaScript not fetched (scripts/fetch_widget_js.sh needs npm)")
+  p = _page(build, browser, "book/jax_today.html")
+  page = p.page
+  step_title = """() => [...document.querySelectorAll('.widget-html')]
+      .map(e => (e.innerText.match(/step \\d+\\/\\d+/) || [''])[0]).filter(x => x)"""
+  page.locator(".widget-select select").first.wait_for(state="visible", timeout=20_000)
+  assert page.evaluate(step_title)[0].startswith("step 1/")
+  binds = page.locator(".widget-select select").first
+  binds.scroll_into_view_if_needed()
+  binds.select_option(index=2)
+  page.wait_for_function(f"() => ({step_title})().some(t => t.startsWith('step 3/'))",
+                         timeout=20_000)
+  assert p.problems == []
+  page.close()
+
+
 def _assert_drawn(locator):
   """Visible, with a size; for an <img>, its file loaded."""
   locator.scroll_into_view_if_needed()

@@ -346,8 +346,15 @@ def new_dynamic(main: MainTrace):
     dynamic_trace = prev
 
 
+# While a context-based ("stackless") transformation of autodidax.stackless is
+# running, it takes every bind here instead; see the chapter "JAX today".
+bind_handler: Optional[Callable] = None
+
+
 def bind(prim: Primitive, *args, **params) -> list:
   """Apply `prim`: the top interpreter among the arguments handles it."""
+  if bind_handler is not None:
+    return bind_handler(prim, args, params)
   if _bind_observers:
     return _observed_bind(prim, args, params)
   # Fast path, an optimization with the same result: when every argument is a

@@ -28,7 +28,8 @@ from .core import MainTrace, Tracer
 # One colour per interpreter, so a level reads the same in every picture.
 TRACE_COLORS = {"EvalTrace": "#e8e8e8", "JVPTrace": "#cfe2ff",
                 "BatchTrace": "#ffe5b4", "JaxprTrace": "#d4edda",
-                "PartialEvalTrace": "#f8d7da"}
+                "PartialEvalTrace": "#f8d7da", "DynamicJaxprTrace": "#d4edda",
+                "LinearizeTrace": "#e2d9f3"}
 HIGHLIGHT = "#c0392b"
 
 
@@ -279,18 +280,23 @@ class Recording:
     """A widget stepping through the binds: pick one in the list to see the
     stack at that moment. Every frame is rendered up front and the list is
     linked to the frames in the browser, so it works without a kernel."""
-    import ipywidgets as w
-    n = min(len(self.events), max_frames)
-    if n == 0:
-      return w.HTML("<i>no binds were recorded</i>")
-    frames = w.Stack([w.HTML(self.frame_html(i, context=0)) for i in range(n)], selected_index=0)
-    steps = w.Select(options=[f"{i + 1:3d} {_event_line(e)}" for i, e in enumerate(self.events[:n])],
-                     index=0, rows=min(n, 12), description="bind",
-                     layout=w.Layout(width="100%"))
-    w.jslink((steps, "index"), (frames, "selected_index"))
-    note = w.HTML(f"<small>{n} of {len(self.events)} binds; pick one to see "
-                  "the interpreter stack as it is handled</small>")
-    return w.VBox([note, steps, frames])
+    return _stepper(self, max_frames, "the interpreter stack")
+
+
+def _stepper(rec, max_frames: int, what: str):
+  import ipywidgets as w
+  lines = rec.lines()
+  n = min(len(lines), max_frames)
+  if n == 0:
+    return w.HTML("<i>no binds were recorded</i>")
+  frames = w.Stack([w.HTML(rec.frame_html(i, context=0)) for i in range(n)], selected_index=0)
+  steps = w.Select(options=[f"{i + 1:3d} {line}" for i, line in enumerate(lines[:n])],
+                   index=0, rows=min(n, 12), description="bind",
+                   layout=w.Layout(width="100%"))
+  w.jslink((steps, "index"), (frames, "selected_index"))
+  note = w.HTML(f"<small>{n} of {len(lines)} binds; pick one to see "
+                f"{what} as it is handled</small>")
+  return w.VBox([note, steps, frames])
 
 
 def _event_line(e: core.BindEvent) -> str:
@@ -840,3 +846,94 @@ def jaxpr_graph_nested(jaxpr, title: str | None = None, max_eqns: int = 200):
         g.edge(src, f"out{k}")
   g.name = _titled(title, _jaxpr_alt(jaxpr, names, kind))   # the names as drawn
   return g
+
+
+# --- Context-based dispatch ("JAX today"): traces with parents, not a stack -----------------
+
+def _sl_short(x) -> str:
+  from . import stackless as sl
+  if isinstance(x, sl.Tracer):
+    return f"{type(x).__name__}#{x._trace.serial}<{x.aval.str_short()}>"
+  return short(x)
+
+
+def trace_chain_graph(traces, handling=None, title: str | None = None):
+  """Each trace of `traces` and its chain of parents, down to the evaluator:
+  an arrow goes from a trace to its parent; `handling` is outlined."""
+  g = _digraph("chain", rankdir="TB")
+  if title:
+    g.attr(label=title, labelloc="t")
+  seen: dict = {}
+  todo = [t for t in traces if t is not None]
+  while todo:
+    t = todo.pop()
+    if id(t) in seen:
+      continue
+    seen[id(t)] = t
+    todo += [p for p in (t.parent, getattr(t, "tangent_trace", None)) if p is not None]
+  for t in seen.values():
+    extra = (f"<br/><font point-size='9'>axis_size={t.axis_size}</font>"
+             if hasattr(t, "axis_size") else "")
+    mark = (f"<br/><font color='{HIGHLIGHT}'><b>handles this bind</b></font>"
+            if t is handling else "")
+    g.node(f"t{id(t)}", f"<<b>{type(t).__name__}</b> #{t.serial}{extra}{mark}>",
+           shape="box", style="rounded,filled", fillcolor=_color(type(t)),
+           color=HIGHLIGHT if t is handling else "#555555",
+           penwidth="3" if t is handling else "1")
+    if t.parent is not None:
+      g.edge(f"t{id(t)}", f"t{id(t.parent)}", label="parent")
+    if getattr(t, "tangent_trace", None) is not None:
+      g.edge(f"t{id(t)}", f"t{id(t.tangent_trace)}", label="tangents", style="dashed")
+  return g
+
+
+class DispatchRecording:
+  """The binds made while a `record_dispatch()` block ran: which trace handled
+  each one, the chain of parents it had, and what it was given."""
+
+  def __init__(self):
+    self.events: list = []   # (trace, prim, args, depth, root trace at depth 0, label)
+
+  def __len__(self):
+    return len(self.events)
+
+  def lines(self) -> list[str]:
+    return [f"{'  ' * d}{p.name}({', '.join(_sl_short(a) for a in args)})  → {label}"
+            for _, p, args, d, _, label in self.events]
+
+  def __repr__(self):
+    return "\n".join(self.lines())
+
+  def frame_graph(self, i: int):
+    t, p, _, _, root, _ = self.events[i]
+    return trace_chain_graph([root, t], handling=t,
+                             title=f"step {i + 1}/{len(self.events)}: bind({p.name})")
+
+  def frame_html(self, i: int, context: int = 0) -> str:
+    svg = self.frame_graph(i).pipe(format="svg").decode()
+    args = html.escape(", ".join(_sl_short(a) for a in self.events[i][2]))
+    return (f'<div style="display:flex;gap:16px;align-items:flex-start">'
+            f'<div style="flex:0 0 auto">{svg[svg.index("<svg"):]}</div>'
+            f'<div style="font-family:monospace;font-size:12px"><b>in:</b> {args}</div></div>')
+
+  def stepper(self, max_frames: int = 60):
+    """Like `Recording.stepper`, for the context-based design: it works offline."""
+    return _stepper(self, max_frames, "the chain of traces")
+
+
+@contextmanager
+def record_dispatch():
+  """Record every bind that autodidax.stackless dispatches inside the block."""
+  from . import stackless as sl
+  rec = DispatchRecording()
+  roots: list = [None]
+
+  def observe(trace, prim, args, depth):
+    if depth == 0:
+      roots[0] = trace
+    rec.events.append((trace, prim, tuple(args), depth, roots[0], repr(trace)))
+  sl._observers.append(observe)
+  try:
+    yield rec
+  finally:
+    sl._observers.remove(observe)

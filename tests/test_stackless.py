@@ -1,0 +1,306 @@
+"""autodidax.stackless (the chapter "JAX today"): the context-based design must
+give the same results as the level-based one of Parts 1-4 and as JAX, on random
+programs under every transformation stack; keep nested derivatives apart by
+their trace tags; and name only JAX pieces that the installed jax has."""
+import importlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, note, settings
+from hypothesis import strategies as st
+
+import autodidax as adx
+import autodidax.numpy as anp
+from autodidax import ad, core, stackless as sl, viz
+from autodidax.jaxpr import Var
+from test_autodiff import ad_programs, pack, scalar_fun, weights_for
+from test_programs import (OURS, THEIRS, assert_trees_close, in_axes_for, inputs_for,
+                           programs, seeds, tangents_like, tol)
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:jax.*")
+
+# Few examples each (the file should take well under a minute); JAX's side is
+# jitted, much faster than op by op. test_programs & co. cover the old design.
+few = settings(max_examples=8)
+fewer = settings(max_examples=4)   # reverse mode, or compiled by both jits
+
+
+@pytest.fixture(autouse=True)
+def context_is_reset():
+  yield
+  assert sl.current_trace() is sl.eval_trace and core.bind_handler is None
+
+
+def three_ways(ours_old, ours_new, theirs, program):
+  """Both designs give the same (up to rounding) and agree with JAX; `theirs`
+  is a function of no arguments, run jitted."""
+  theirs = jax.jit(theirs)()
+  assert_trees_close(ours_new, theirs, tol(program))
+  assert_trees_close(ours_old, theirs, tol(program))
+
+
+# --- Forward mode and batching --------------------------------------------------------------
+
+@few
+@given(programs(), seeds, st.data())
+def test_jvp_and_vmap(program, seed, data):
+  note(str(program))
+  xs = tuple(inputs_for(program, seed))
+  ts = tangents_like(xs, seed + 1)
+  three_ways(adx.jvp(program.ours, xs, ts), sl.jvp(program.ours, xs, ts),
+             lambda: jax.jvp(program.theirs, xs, ts), program)
+  in_axes = data.draw(in_axes_for([len(s) for s in program.in_shapes]), "in_axes")
+  xb = inputs_for(program, seed, [(in_axes, 2)])
+  three_ways(adx.vmap(program.ours, in_axes)(*xb), sl.vmap(program.ours, in_axes)(*xb),
+             lambda: jax.vmap(program.theirs, in_axes)(*xb), program)
+
+
+@few
+@given(programs(n_ops=(1, 4)), seeds, st.data())
+def test_nested_forward(program, seed, data):
+  note(str(program))
+  n = len(program.in_shapes)
+  in_axes = data.draw(in_axes_for([len(s) for s in program.in_shapes]), "in_axes")
+  xs = tuple(inputs_for(program, seed, [(in_axes, 2)]))
+  ts = tangents_like(xs, seed + 1)
+  def jvp_of_vmap(T, run):
+    return T.jvp(T.vmap(run, in_axes), xs, ts)
+
+  def vmap_of_jvp(T, run):
+    return T.vmap(lambda *a: T.jvp(run, a[:n], a[n:]), in_axes * 2)(*xs, *ts)
+
+  for both in (jvp_of_vmap, vmap_of_jvp):
+    three_ways(both(adx, program.ours), both(sl, program.ours),
+               lambda: both(jax, program.theirs), program)
+  x1 = tuple(inputs_for(program, seed))
+  t1, t2 = tangents_like(x1, seed + 2), tangents_like(x1, seed + 3)
+  jj = lambda T, f: T.jvp(lambda *x: T.jvp(f, x, t1)[1], x1, t2)   # jvp of jvp
+  three_ways(jj(adx, program.ours), jj(sl, program.ours), lambda: jj(jax, program.theirs),
+             program)
+
+
+# --- Reverse mode --------------------------------------------------------------------------------
+
+@fewer
+@given(ad_programs(n_ops=(1, 4)), seeds, st.data())
+def test_grad_and_its_compositions(program, seed, data):
+  note(str(program))
+  xs = inputs_for(program, seed)
+  w = weights_for(program, seed + 1)
+  f, f_j = scalar_fun(program, OURS, w), scalar_fun(program, THEIRS, w)
+  three_ways(adx.grad(f)(pack(xs)), sl.grad(f)(pack(xs)), lambda: jax.grad(f_j)(pack(xs)),
+             program)
+  ts = pack(tangents_like(xs, seed + 2))   # forward over reverse
+  three_ways(adx.jvp(adx.grad(f), (pack(xs),), (ts,)), sl.jvp(sl.grad(f), (pack(xs),), (ts,)),
+             lambda: jax.jvp(jax.grad(f_j), (pack(xs),), (ts,)), program)
+  in_axes = data.draw(in_axes_for([len(s) for s in program.in_shapes]), "in_axes")
+  xb = inputs_for(program, seed, [(in_axes, 2)])
+
+  def vmap_of_grad(T, g):   # per-example gradients
+    return T.vmap(lambda *a: T.grad(g)(pack(a)), in_axes)(*xb)
+
+  def grad_of_vmap(T, g):
+    total = lambda *a: T.vmap(lambda *b: g(pack(b)), in_axes)(*a).sum()
+    return T.grad(lambda a: total(*a))(tuple(xb))
+
+  for both in (vmap_of_grad, grad_of_vmap):
+    three_ways(both(adx, f), both(sl, f), lambda: both(jax, f_j), program)
+
+
+@fewer
+@given(ad_programs(n_inputs=(1, 1), n_ops=(1, 3), max_in_size=6, contractions=False), seeds)
+def test_grad_of_grad_and_reverse_over_forward(program, seed):
+  note(str(program))
+  x = inputs_for(program, seed)[0]
+  w = weights_for(program, seed + 1)
+  f, f_j = scalar_fun(program, OURS, w), scalar_fun(program, THEIRS, w)
+  v = tangents_like([x], seed + 2)[0]
+  hvp = lambda T, g: T.grad(lambda y: T.jvp(lambda z: g({"w": z}), (y,), (v,))[1])(x)
+  three_ways(hvp(adx, f), hvp(sl, f), lambda: hvp(jax, f_j), program)
+  gg = lambda T, g: T.grad(lambda y: anp.sum(T.grad(lambda z: g({"w": z}))(y) * v)
+                           if T is not jax else jnp.sum(T.grad(lambda z: g({"w": z}))(y) * v))(x)
+  three_ways(gg(adx, f), gg(sl, f), lambda: gg(jax, f_j), program)
+
+
+@fewer
+@given(ad_programs(n_ops=(1, 5)), seeds)
+def test_linearize_stages_only_tangent_work(program, seed):
+  """Direct linearize: its linear jaxpr computes what Part 4's does, and every
+  equation in it touches a tangent (the primal work ran during tracing)."""
+  note(str(program))
+  xs = inputs_for(program, seed)
+  w = weights_for(program, seed + 1)
+  f = scalar_fun(program, OURS, w)
+  out, jaxpr, consts, _ = sl.linearize_jaxpr(f, pack(xs))
+  assert_trees_close(out[0], f(pack(xs)), tol(program))
+  tangent_vars = set(jaxpr.invars)
+  for eqn in jaxpr.eqns:
+    assert any(type(x) is Var and x in tangent_vars for x in eqn.inputs), eqn
+    tangent_vars.update(eqn.out_binders)
+  ts = pack(tangents_like(xs, seed + 2))
+  _, f_lin = sl.linearize(f, pack(xs))
+  _, f_lin_old = adx.linearize(f, pack(xs))
+  theirs = jax.jit(lambda: jax.linearize(scalar_fun(program, THEIRS, w), pack(xs))[1](ts))()
+  assert_trees_close(f_lin(ts), theirs, tol(program))
+  assert_trees_close(f_lin_old(ts), f_lin(ts), tol(program))
+
+
+# --- Staging and jit ---------------------------------------------------------------------------
+
+@few
+@given(programs(), seeds)
+def test_make_jaxpr_is_the_same_jaxpr(program, seed):
+  """Staging in either design records the same equations, printed alike."""
+  note(str(program))
+  xs = inputs_for(program, seed)
+  assert str(sl.make_jaxpr(program.ours)(*xs)) == str(adx.make_jaxpr(program.ours)(*xs))
+
+
+@settings(max_examples=3)
+@given(ad_programs(n_ops=(1, 4)), seeds)
+def test_jit_under_every_transformation(program, seed):
+  note(str(program))
+  xs = inputs_for(program, seed)
+  w = weights_for(program, seed + 1)
+  f, f_j = scalar_fun(program, OURS, w), scalar_fun(program, THEIRS, w)
+  x = pack(xs)
+  three_ways(adx.jit(f)(x), sl.jit(f)(x), lambda: f_j(x), program)
+  three_ways(adx.grad(adx.jit(f))(x), sl.grad(sl.jit(f))(x), lambda: jax.grad(f_j)(x), program)
+  three_ways(adx.jit(adx.grad(f))(x), sl.jit(sl.grad(f))(x), lambda: jax.grad(f_j)(x), program)
+  t = pack(tangents_like(xs, seed + 2))
+  three_ways(adx.jvp(adx.jit(f), (x,), (t,)), sl.jvp(sl.jit(f), (x,), (t,)),
+             lambda: jax.jvp(f_j, (x,), (t,)), program)
+  xb = [np.stack([a, a * 0.5]) for a in xs]
+  three_ways(adx.vmap(adx.jit(f))(pack(xb)), sl.vmap(sl.jit(lambda *a: f(pack(a))))(*xb),
+             lambda: jax.vmap(f_j)(pack(xb)), program)
+
+
+def test_jit_compiles_once_per_signature_and_runs_on_xla():
+  calls = []
+
+  def f(x):
+    calls.append(1)
+    return anp.sin(x) * 2.
+  g = sl.jit(f)
+  out = g(np.arange(3.))
+  g(np.ones(3))
+  assert type(out) is adx.Array and len(calls) == 1
+  np.testing.assert_allclose(out, np.sin(np.arange(3.)) * 2)
+  g(np.ones(4))
+  assert len(calls) == 2
+
+
+def test_jit_stays_compiled_under_grad():
+  """The known half of jit's JVP runs as one jit_p bind; the tangent half is staged."""
+  f = sl.jit(lambda x: anp.sum(anp.sin(x) * x))
+  with viz.record_dispatch() as rec:
+    out = sl.grad(f)(np.arange(3.))
+  np.testing.assert_allclose(out, jax.grad(lambda x: jnp.sum(jnp.sin(x) * x))(np.arange(3.)))
+  handled = [(p.name, type(t).__name__) for t, p, *_ in rec.events]
+  assert ("jit", "EvalTrace") in handled
+  assert ("sin", "EvalTrace") not in handled   # sin ran inside XLA only
+
+
+# --- Perturbation confusion: tags keep nested derivatives apart --------------------------------
+
+def _outer(T):
+  # d/dx [ x * d/dy (x * y + y) ] = d/dx [ x * (x + 1) ] = 2x + 1
+  inner = lambda x: T.jvp(lambda y: x * y + y, (2.0,), (1.0,))[1]
+  return T.jvp(lambda x: x * inner(x), (3.0,), (1.0,))[1]
+
+
+def test_nested_jvp_keeps_perturbations_apart():
+  assert _outer(sl) == _outer(adx) == float(_outer(jax)) == 7.0
+
+
+def test_nested_grad_closing_over_outer_value():
+  f = lambda T: T.grad(lambda x: x * T.grad(lambda y: x * anp.sin(y))(x))(0.7)
+  expected = float(jax.grad(lambda x: x * jax.grad(lambda y: x * jnp.sin(y))(x))(0.7))
+  assert np.isclose(f(sl), expected) and np.isclose(f(adx), expected)
+
+
+def test_without_tags_perturbations_are_confused():
+  """A JVPTrace that claims every JVPTracer as its own gets 6, not 7: the inner
+  derivative takes x's perturbation for its own (so it is x + 1 + 2 = 6, a
+  constant), and the outer one then sees x * 6."""
+  class Confused(sl.JVPTrace):
+    def to_primal_tangent_pair(self, x):
+      if isinstance(x, sl.JVPTracer):
+        return x.primal, x.tangent
+      return x, ad.Zero.from_value(x)
+
+  def confused_jvp(f, x, t):
+    with sl.running(Confused(sl.current_trace())) as trace:
+      with sl.set_current_trace(trace):
+        out = f(sl.JVPTracer(trace, x, t))
+      return trace.to_primal_tangent_pair(out)[1]
+
+  inner = lambda x: confused_jvp(lambda y: x * y + y, 2.0, 1.0)
+  assert confused_jvp(lambda x: x * inner(x), 3.0, 1.0) == 6.0   # wrong on purpose
+  assert _outer(sl) == 7.0
+
+
+def test_vmap_of_vmap_closing_over_the_outer_batch():
+  xs, ys = np.arange(3.), np.arange(4.) * 10
+  out = sl.vmap(lambda x: sl.vmap(lambda y: x * 2. + y)(ys))(xs)
+  np.testing.assert_allclose(out, xs[:, None] * 2 + ys[None, :])
+
+
+# --- Errors leave the context as it was ----------------------------------------------------------
+
+def test_escaped_tracer_is_reported():
+  saved = []
+  sl.jvp(lambda x: saved.append(x) or x * 2., (1.,), (1.,))
+  with pytest.raises(core.EscapedTracerError, match="escaped"):
+    sl.jvp(lambda y: saved[0] * y, (1.,), (1.,))
+
+
+def test_vmap_with_no_or_unequal_sizes_says_so():
+  with pytest.raises(ValueError, match=r"one mapped axis size, got \[2, 3\]"):
+    sl.vmap(lambda x, y: x + y)(np.ones(2), np.ones(3))
+  with pytest.raises(ValueError, match="got none"):
+    sl.vmap(lambda x: x, in_axes=None)(np.ones(2))
+
+
+def test_branching_on_a_staged_value_raises_and_restores_the_context():
+  with pytest.raises(TypeError, match="DynamicJaxprTrace"):
+    sl.jit(lambda x: x if x > 0 else -x)(1.0)
+  assert sl.current_trace() is sl.eval_trace and core.bind_handler is None
+
+
+# --- The chapter's table of names ------------------------------------------------------------------
+
+def _resolve(root, dotted):
+  module, attr = dotted.rsplit(".", 1)
+  return getattr(importlib.import_module(f"{root}.{module}"), attr)
+
+
+@pytest.mark.parametrize("row", sl.JAX_NAMES, ids=lambda r: r[0])
+def test_every_name_in_the_table_exists(row):
+  _, old, new, theirs = row
+  _resolve("autodidax", old)
+  _resolve("autodidax", new)
+  _resolve("jax._src", theirs)
+
+
+def test_jax_itself_has_no_levels():
+  """What the chapter says of JAX today: find_top_trace ignores its argument."""
+  from jax._src import core as jcore
+  with jcore.take_current_trace() as t:
+    assert type(t).__name__ == "EvalTrace"
+  assert jcore.find_top_trace(["anything"]) is jcore.find_top_trace([])
+
+
+def test_dispatch_recording_and_stepper():
+  with viz.record_dispatch() as rec:
+    sl.vmap(lambda x: sl.jvp(lambda y: anp.sin(y), (x,), (1.,)))(np.arange(3.))
+  lines = rec.lines()
+  assert lines[0].startswith("sin(JVPTracer#") and "→ JVPTrace#" in lines[0]
+  assert any(line.strip().startswith("sin(") and "EvalTrace" in line for line in lines)
+  svg = rec.frame_graph(1).pipe(format="svg").decode()
+  for label in ("JVPTrace", "BatchTrace", "EvalTrace", "handles this bind", "axis_size=3"):
+    assert label in svg, label
+  widget = rec.stepper()
+  assert len(widget.children[1].options) == len(rec)
