@@ -272,10 +272,10 @@ def record():
 
 def _eqn_label(eqn, names, var_label) -> str:
   """An equation's node: the primitive, its literals, short params, outputs."""
-  from .jaxpr import Lit, _fmt_literal, _has_jaxpr, _pp_param
-  lits = [_fmt_literal(x.val) for x in eqn.inputs if isinstance(x, Lit)]
-  params = ", ".join(f"{k}={_pp_param(v, names, 0)}" for k, v in sorted(eqn.params.items())
-                     if not _has_jaxpr(v))
+  from .jaxpr import Lit, fmt_literal, has_jaxpr, pp_param
+  lits = [fmt_literal(x.val) for x in eqn.inputs if isinstance(x, Lit)]
+  params = ", ".join(f"{k}={pp_param(v, names, 0)}" for k, v in sorted(eqn.params.items())
+                     if not has_jaxpr(v))
   label = f"<<b>{html.escape(eqn.primitive.name)}</b>"
   if lits:
     label += f" {html.escape(' '.join(lits))}"
@@ -287,10 +287,10 @@ def _eqn_label(eqn, names, var_label) -> str:
 
 def jaxpr_graph(jaxpr, title: str | None = None, max_eqns: int = 200):
   """Inputs, constvars, one node per equation (literals shown inline), outputs."""
-  from .jaxpr import ClosedJaxpr, Lit, _Names, _fmt_literal
+  from .jaxpr import ClosedJaxpr, Lit, VarNames, fmt_literal
   if isinstance(jaxpr, ClosedJaxpr):
     jaxpr = jaxpr.jaxpr
-  names = _Names()
+  names = VarNames()
   g = _digraph("jaxpr", rankdir="TB", nodesep="0.2", ranksep="0.3")
   if title:
     g.attr(label=title, labelloc="t")
@@ -323,7 +323,7 @@ def jaxpr_graph(jaxpr, title: str | None = None, max_eqns: int = 200):
   with g.subgraph(name="outputs") as s:
     s.attr(rank="sink")
     for k, x in enumerate(jaxpr.outvars):
-      label = f"out {k}: " + (_fmt_literal(x.val) if isinstance(x, Lit) else var_label(x))
+      label = f"out {k}: " + (fmt_literal(x.val) if isinstance(x, Lit) else var_label(x))
       s.node(f"out{k}", label, shape="ellipse", peripheries="2", style="filled",
              fillcolor="#fff3cd")
       if not isinstance(x, Lit) and x in producer:
@@ -673,10 +673,10 @@ def jaxpr_graph_nested(jaxpr, title: str | None = None, max_eqns: int = 200):
   holding its sub-jaxprs (each a cluster of its own, named by its parameter),
   with edges from the equation's operands to the sub-jaxprs' inputs.
   Names are shared across levels, as in the printed jaxpr."""
-  from .jaxpr import ClosedJaxpr, Jaxpr, Lit, _Names, _fmt_literal
+  from .jaxpr import ClosedJaxpr, Jaxpr, Lit, VarNames, fmt_literal
   if isinstance(jaxpr, ClosedJaxpr):
     jaxpr = jaxpr.jaxpr
-  names = _Names()
+  names = VarNames()
   g = _digraph("jaxpr", rankdir="TB", nodesep="0.2", ranksep="0.3", compound="true")
   if title:
     g.attr(label=title, labelloc="t")
@@ -747,7 +747,7 @@ def jaxpr_graph_nested(jaxpr, title: str | None = None, max_eqns: int = 200):
   with g.subgraph(name="outputs") as s:
     s.attr(rank="sink")
     for k, (x, src) in enumerate(zip(jaxpr.outvars, outs)):
-      label = f"out {k}: " + (_fmt_literal(x.val) if isinstance(x, Lit) else var_label(x))
+      label = f"out {k}: " + (fmt_literal(x.val) if isinstance(x, Lit) else var_label(x))
       s.node(f"out{k}", label, shape="ellipse", peripheries="2", style="filled",
              fillcolor="#fff3cd")
       if src is not None:

@@ -303,7 +303,7 @@ class jit:
   def __call__(self, *args):
     sig = _fast_signature(args) if not self.static_argnums else None
     hit = self._fast.get(sig)
-    if hit is not None and core.dynamic_trace is None and not core._bind_observers:
+    if hit is not None and core.dynamic_trace is None and not core.bind_observers:
       return self._call_fast(hit, args)
     traced, args_flat = self._specialize(args)
     outs = xla_call_p.bind(*traced.consts, *args_flat, **self._params(traced))
