@@ -212,16 +212,16 @@ def make_jaxpr(fun, static_argnums=()):
   static = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
 
   def make(*args):
-    fun_dyn, dyn_args = _split_static(fun, args, static)
+    fun_dyn, dyn_args = split_static(fun, args, static)
     args_flat, in_tree = tree_flatten(dyn_args)
-    in_avals = [_abstractify(x) for x in args_flat]
+    in_avals = [shaped_abstractify(x) for x in args_flat]
     flat_fun, _ = flatten_fun(fun_dyn, in_tree)
     return trace_to_closed_jaxpr(flat_fun, in_avals)
   make.__name__ = f"make_jaxpr({getattr(fun, '__name__', 'fun')})"
   return make
 
 
-def _split_static(fun, args, static):
+def split_static(fun, args, static):
   """A function of the non-static arguments only, with the static ones bound."""
   for i in static:
     if not -len(args) <= i < len(args):
@@ -236,7 +236,7 @@ def _split_static(fun, args, static):
   return fun_dyn, dyn_args
 
 
-def _abstractify(x):
+def shaped_abstractify(x):
   """The abstract value a traced argument stands for (never concrete)."""
   if isinstance(x, ShapedArray) or (
       hasattr(x, "shape") and hasattr(x, "dtype") and type(x) not in array_types

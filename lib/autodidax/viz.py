@@ -134,15 +134,6 @@ def _boxing_html(x) -> str:
           + "".join(rows) + "</table>")
 
 
-def value_graph(x, title: str | None = None):
-  """Nested boxes: which tracer boxes which, down to the plain array."""
-  g = _digraph("value")
-  if title:
-    g.attr(label=title, labelloc="t")
-  g.node("v", f"<{_boxing_html(x)}>", shape="plaintext")
-  return g
-
-
 # --- Snapshots from inside a user function --------------------------------------------------
 
 class Snapshot:
@@ -404,14 +395,14 @@ def jit_pipeline(jitted, *args):
          fillcolor="#cfe2ff")
   g.node("hlo", f"<<b>optimized HLO</b><br/>{max(fused, 0)} fusion mentions>",
          fillcolor="#ffe5b4")
-  g.node("exe", "<<b>executable</b><br/>on " + html.escape(compiled._exe.platform) + ">",
+  g.node("exe", "<<b>executable</b><br/>on " + html.escape(compiled.platform) + ">",
          fillcolor="#f8d7da")
   g.edge("py", "jaxpr", label="trace\n(make_jaxpr)")
   g.edge("jaxpr", "shlo", label="lower\n(lowering rules)")
   g.edge("shlo", "hlo", label="XLA passes")
   g.edge("hlo", "exe", label="codegen")
   g.node("cache", f"<<b>caches</b><br/>traces: {jitted.trace_count}<br/>"
-                  f"specializations: {len(jitted._cache)}>",
+                  f"specializations: {jitted.num_specializations}>",
          shape="note", fillcolor="#fff3cd")
   g.edge("cache", "jaxpr", style="dashed", arrowhead="none")
   g.edge("cache", "exe", style="dashed", arrowhead="none")
