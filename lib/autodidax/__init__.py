@@ -12,8 +12,13 @@ from .api import (TransformationError, grad, jacfwd, jacrev, jvp, linearize,  # 
 from .core import MissingRuleError, Primitive  # noqa: F401
 from . import lowering, xla  # noqa: F401  (runtime.py imports jax only when used)
 from .xla import Array, jit  # noqa: F401
-from . import control_flow  # noqa: F401  (cond, while, scan: see lax.cond etc.)
+from . import control_flow  # noqa: F401
 from .control_flow import flops  # noqa: F401
+
+# Like `jax.lax`, `autodidax.lax` is where users find control flow too. It is
+# written in control_flow, which builds on lax, so lax gets it from here.
+for _name in ("cond", "switch", "while_loop", "fori_loop", "scan", "select_n", "clamp"):
+  setattr(lax, _name, getattr(control_flow, _name))
 
 __all__ = ["jvp", "vmap", "jacfwd", "jacrev", "make_jaxpr", "jit", "Array", "linearize",
            "vjp", "grad", "value_and_grad", "lax", "numpy", "tree_util", "Primitive"]

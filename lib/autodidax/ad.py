@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import lax
-from .core import (RuleTable, Trace, Tracer, bind, check_live, full_lower,
+from .core import (RuleTable, Trace, Tracer, check_live, full_lower,
                    full_raise, get_aval, new_main, raise_to_shaped)
 from .jaxpr import Lit, Var
 from .lax import (add_p, broadcast_p, convert_element_type_p, cos_p, div_p,
@@ -54,16 +54,13 @@ def add_tangents(x, y):
 # --- The interpreter -------------------------------------------------------------------
 
 class JVPTracer(Tracer):
+  """A primal value boxed with its tangent (which may be a symbolic Zero)."""
   __slots__ = ["primal", "tangent"]
 
   def __init__(self, trace, primal, tangent):
-    self._trace = trace
-    self.primal = primal
-    self.tangent = tangent
+    self._trace, self.primal, self.tangent = trace, primal, tangent
 
-  @property
-  def aval(self):
-    return get_aval(self.primal)
+  aval = property(lambda self: get_aval(self.primal))   # the primal's type
 
   def full_lower(self):
     if type(self.tangent) is Zero:   # nothing to differentiate: unbox
@@ -93,24 +90,23 @@ class JVPTrace(Trace):
 
 
 jvp_rules = RuleTable(
-    "JVP", "Register one with `ad.jvp_rules[prim] = rule` or `ad.defjvp`.")
+    "JVP", "Register one with `ad.jvp_rules[prim] = rule` (`ad.partials_jvp` "
+    "builds a rule from one function per operand).")
 
 
 def jvp_flat(f, primals, tangents):
   """JVP of `f`, which takes and returns flat lists of arrays."""
   with new_main(JVPTrace) as main:
     trace = JVPTrace(main)
-    tracers_in = [JVPTracer(trace, x, t) for x, t in zip(primals, tangents)]
-    outs = f(*tracers_in)
-    tracers_out = [full_raise(trace, out) for out in outs]
-    primals_out, tangents_out = unzip2((t.primal, t.tangent) for t in tracers_out)
-  return primals_out, [instantiate_zeros(t) for t in tangents_out]
+    boxed = [JVPTracer(trace, p, t) for p, t in zip(primals, tangents)]
+    outs = [full_raise(trace, y) for y in f(*boxed)]
+  return [t.primal for t in outs], [instantiate_zeros(t.tangent) for t in outs]
 
 
-# --- Rule helpers, as in jax._src.interpreters.ad ----------------------------------------
+# --- Rule builders: the usual shapes of a JVP rule ---------------------------------------
 
-def defjvp(primitive, *jvp_fns):
-  """Define a JVP rule from one function per operand.
+def partials_jvp(primitive, *jvp_fns):
+  """A JVP rule from one function per operand (JAX's `defjvp` builds the same).
 
   `jvp_fns[i](tangent_i, *primals, **params)` gives operand i's contribution
   to the output tangent; Zero tangents are skipped, contributions summed.
@@ -122,24 +118,23 @@ def defjvp(primitive, *jvp_fns):
       if fn is not None and type(t) is not Zero:
         out = add_tangents(out, fn(t, *primals, **params))
     return primal_out, out
-  jvp_rules[primitive] = rule
   return rule
 
 
-def deflinear(primitive):
-  """A primitive linear in all operands is its own JVP."""
+def linear_jvp(primitive):
+  """The JVP rule of a primitive linear in all operands: apply it to the tangents."""
   def rule(primals, tangents, **params):
     tangents = [instantiate_zeros(t) for t in tangents]
     return primitive.bind(*primals, **params), primitive.bind(*tangents, **params)
-  jvp_rules[primitive] = rule
+  return rule
 
 
-def defjvp_zero(primitive):
-  """Outputs that don't vary with the inputs (comparisons): zero tangent."""
+def zero_jvp(primitive):
+  """The JVP rule of outputs that don't vary with the inputs (comparisons)."""
   def rule(primals, tangents, **params):
     out = primitive.bind(*primals, **params)
     return out, Zero.from_value(out)
-  jvp_rules[primitive] = rule
+  return rule
 
 
 # --- Rules -------------------------------------------------------------------------------
@@ -170,15 +165,16 @@ def _sub_jvp(primals, tangents):
 
 jvp_rules[add_p] = _add_jvp
 jvp_rules[sub_p] = _sub_jvp
-defjvp(mul_p, lambda x_dot, x, y: lax.mul(x_dot, y),
-              lambda y_dot, x, y: lax.mul(x, y_dot))
-defjvp(div_p, lambda x_dot, x, y: lax.div(x_dot, y),
-              lambda y_dot, x, y: lax.neg(lax.div(lax.mul(y_dot, x), lax.mul(y, y))))
-deflinear(neg_p)
-defjvp(sin_p, lambda x_dot, x: lax.mul(x_dot, lax.cos(x)))
-defjvp(cos_p, lambda x_dot, x: lax.neg(lax.mul(x_dot, lax.sin(x))))
-defjvp(exp_p, lambda x_dot, x: lax.mul(x_dot, lax.exp(x)))
-defjvp(log_p, lambda x_dot, x: lax.div(x_dot, x))
+jvp_rules[mul_p] = partials_jvp(mul_p, lambda x_dot, x, y: lax.mul(x_dot, y),
+                                       lambda y_dot, x, y: lax.mul(x, y_dot))
+jvp_rules[div_p] = partials_jvp(
+    div_p, lambda x_dot, x, y: lax.div(x_dot, y),
+    lambda y_dot, x, y: lax.neg(lax.div(lax.mul(y_dot, x), lax.mul(y, y))))
+jvp_rules[neg_p] = linear_jvp(neg_p)
+jvp_rules[sin_p] = partials_jvp(sin_p, lambda x_dot, x: lax.mul(x_dot, lax.cos(x)))
+jvp_rules[cos_p] = partials_jvp(cos_p, lambda x_dot, x: lax.neg(lax.mul(x_dot, lax.sin(x))))
+jvp_rules[exp_p] = partials_jvp(exp_p, lambda x_dot, x: lax.mul(x_dot, lax.exp(x)))
+jvp_rules[log_p] = partials_jvp(log_p, lambda x_dot, x: lax.div(x_dot, x))
 
 
 def _tanh_jvp(primals, tangents):
@@ -192,7 +188,7 @@ def _tanh_jvp(primals, tangents):
 
 jvp_rules[tanh_p] = _tanh_jvp
 for _p in lax.comparison_primitives:
-  defjvp_zero(_p)
+  jvp_rules[_p] = zero_jvp(_p)
 
 
 def _where_mask(cond, like):
@@ -215,8 +211,7 @@ def _max_jvp(primals, tangents):
 
 
 jvp_rules[max_p] = _max_jvp
-
-deflinear(reduce_sum_p)
+jvp_rules[reduce_sum_p] = linear_jvp(reduce_sum_p)
 
 
 def _reduce_max_jvp(primals, tangents, *, axes):
@@ -232,9 +227,8 @@ def _reduce_max_jvp(primals, tangents, *, axes):
 
 
 jvp_rules[reduce_max_p] = _reduce_max_jvp
-deflinear(broadcast_p)
-deflinear(transpose_p)
-deflinear(reshape_p)
+for _p in (broadcast_p, transpose_p, reshape_p):
+  jvp_rules[_p] = linear_jvp(_p)
 
 
 def _convert_element_type_jvp(primals, tangents, *, new_dtype):
@@ -249,9 +243,10 @@ jvp_rules[convert_element_type_p] = _convert_element_type_jvp
 
 
 # dot_general is bilinear: one term per operand, each a dot_general itself.
-defjvp(lax.dot_general_p,
-       lambda x_dot, x, y, *, dimension_numbers: lax.dot_general(x_dot, y, dimension_numbers),
-       lambda y_dot, x, y, *, dimension_numbers: lax.dot_general(x, y_dot, dimension_numbers))
+jvp_rules[lax.dot_general_p] = partials_jvp(
+    lax.dot_general_p,
+    lambda x_dot, x, y, *, dimension_numbers: lax.dot_general(x_dot, y, dimension_numbers),
+    lambda y_dot, x, y, *, dimension_numbers: lax.dot_general(x, y_dot, dimension_numbers))
 
 
 # --- Transposition: running a linear jaxpr backwards (Part 4) ----------------------------------
@@ -280,48 +275,50 @@ def backward_pass(jaxpr, args, cts) -> list:
   """Cotangents for the UndefPrimal entries of `args` (constvars then invars),
   given cotangents `cts` for the outputs. Zero cotangents stay symbolic, so
   parts of the jaxpr that don't reach an output cost nothing."""
-  primal_env: dict = {}
+  read_primal, linear_eqns = eval_known_eqns(jaxpr, args)
   ct_env: dict = {}
+
+  def add_cotangent(x, ct):
+    if type(x) is Var and ct is not None and type(ct) is not Zero:
+      ct_env[x] = add_tangents(ct_env[x], ct) if x in ct_env else ct
+
+  for x, ct in zip(jaxpr.outvars, cts):
+    add_cotangent(x, ct)
+  for eqn in reversed(linear_eqns):   # each sends its outputs' cotangents to its inputs
+    cts_out = [ct_env.pop(v, Zero(v.aval)) for v in eqn.out_binders]
+    if all(type(ct) is Zero for ct in cts_out):
+      continue
+    rule = transpose_rules[eqn.primitive]
+    ct_arg = cts_out if eqn.primitive.multiple_results else cts_out[0]
+    cts_in = rule(ct_arg, *map(read_primal, eqn.inputs), **eqn.params)
+    for x, ct in zip(eqn.inputs, cts_in):
+      add_cotangent(x, ct)
+  return [ct_env.pop(v, Zero(v.aval)) for v, x in zip(jaxpr.constvars + jaxpr.invars, args)
+          if is_undefined_primal(x)]
+
+
+def eval_known_eqns(jaxpr, args):
+  """The forward step before a backward pass. A linear jaxpr may also compute
+  on its known inputs (residuals, constants): run those equations now. Returns
+  a reader of primal values (an UndefPrimal for a linear one) and the
+  remaining equations, which each read a linear value."""
+  env = {v: x for v, x in zip(jaxpr.constvars + jaxpr.invars, args)
+         if not is_undefined_primal(x)}
 
   def read_primal(x):
     if type(x) is Lit:
       return x.val
-    return primal_env.get(x, UndefPrimal(x.aval))
+    return env[x] if x in env else UndefPrimal(x.aval)
 
-  def write_cotangent(x, ct):
-    if type(x) is not Var or ct is None or type(ct) is Zero:
-      return
-    ct_env[x] = add_tangents(ct_env[x], ct) if x in ct_env else ct
-
-  for v, val in zip(jaxpr.constvars + jaxpr.invars, args):
-    if not is_undefined_primal(val):
-      primal_env[v] = val
-  # Forward: equations that don't touch a linear input are evaluated as usual.
   linear_eqns = []
   for eqn in jaxpr.eqns:
     ins = [read_primal(x) for x in eqn.inputs]
     if any(is_undefined_primal(x) for x in ins):
       linear_eqns.append(eqn)
     else:
-      for v, val in zip(eqn.out_binders, bind(eqn.primitive, *ins, **eqn.params)):
-        primal_env[v] = val
-  for x, ct in zip(jaxpr.outvars, cts):
-    write_cotangent(x, ct)
-  # Backward: each linear equation sends its output cotangents to its inputs.
-  for eqn in reversed(linear_eqns):
-    cts_in = [ct_env.pop(v, Zero(v.aval)) for v in eqn.out_binders]
-    if all(type(ct) is Zero for ct in cts_in):
-      continue
-    primals_in = [read_primal(x) for x in eqn.inputs]
-    rule = transpose_rules[eqn.primitive]
-    if eqn.primitive.multiple_results:
-      cts_out = rule(cts_in, *primals_in, **eqn.params)
-    else:
-      cts_out = rule(cts_in[0], *primals_in, **eqn.params)
-    for x, ct in zip(eqn.inputs, cts_out):
-      write_cotangent(x, ct)
-  return [ct_env.pop(v, Zero(v.aval)) for v, x in zip(jaxpr.constvars + jaxpr.invars, args)
-          if is_undefined_primal(x)]
+      outs = eqn.primitive.bind(*ins, **eqn.params)
+      env.update(zip(eqn.out_binders, outs if eqn.primitive.multiple_results else [outs]))
+  return read_primal, linear_eqns
 
 
 # The rules: `rule(ct, *operands, **params)` returns one cotangent per operand

@@ -160,40 +160,50 @@ def jacfwd(fun, argnums=0):
   y_i.shape + x_j.shape, arranged as the output tree of input trees.
   """
   def jacfun(*args):
-    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
-    dyn = args[nums[0]] if isinstance(argnums, int) else tuple(args[i] for i in nums)
-
-    def f_dyn(d):
-      full = list(args)
-      for i, v in zip(nums, (d,) if isinstance(argnums, int) else d):
-        full[i] = v
-      return fun(*full)
-
-    x_flat, x_tree = tree_flatten(dyn)
+    f, x = _partial_argnums(fun, args, argnums)
+    x_flat, x_tree = tree_flatten(x)
     _check_arrays("jacfwd", x_flat)
-    columns = []   # per input leaf: the output tree, each leaf out.shape + (n_j,)
-    for j, x in enumerate(x_flat):
-      n = int(np.size(x))
-      dtype = np.result_type(x) if np.issubdtype(np.result_type(x), np.inexact) else np.float64
 
-      def pushfwd(v, j=j, x=x):
-        tangents = [np.zeros(np.shape(xk), dtype) for xk in x_flat]
-        tangents[j] = v.reshape(np.shape(x)) if isinstance(v, Tracer) else np.reshape(v, np.shape(x))
-        return jvp(f_dyn, (dyn,), (tree_unflatten(x_tree, tangents),))[1]
+    def pushfwd(j, direction):   # the outputs' tangent along a direction of leaf j
+      tangents = [np.zeros(np.shape(xk), _tangent_dtype(xk)) for xk in x_flat]
+      tangents[j] = _reshape(direction, np.shape(x_flat[j]))
+      return jvp(f, (x,), (tree_unflatten(x_tree, tangents),))[1]
 
-      columns.append(vmap(pushfwd, out_axes=-1)(np.eye(n, dtype=dtype)))
-    out_flat_cols = [tree_flatten(c) for c in columns]
-    out_tree = out_flat_cols[0][1]
-    blocks = []
-    for i in range(out_tree.num_leaves):
-      per_input = []
-      for j, x in enumerate(x_flat):
-        col = out_flat_cols[j][0][i]
-        out_shape = np.shape(col)[:-1]
-        per_input.append(_reshape(col, out_shape + np.shape(x)))
-      blocks.append(tree_unflatten(x_tree, per_input))
-    return tree_unflatten(out_tree, blocks)
+    # All directions of leaf j at once: the rows of an identity matrix.
+    columns = [vmap(lambda v, j=j: pushfwd(j, v), out_axes=-1)(
+        np.eye(np.size(xj), dtype=_tangent_dtype(xj))) for j, xj in enumerate(x_flat)]
+    return _jacobian_tree(columns, x_flat, x_tree)
   return jacfun
+
+
+def _partial_argnums(fun, args, argnums):
+  """`fun` as a function of the arguments `argnums` picks (one, or a tuple of
+  them), the others fixed to `args`; and the picked arguments' values."""
+  nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+
+  def f(picked):
+    full = list(args)
+    for i, v in zip(nums, (picked,) if isinstance(argnums, int) else picked):
+      full[i] = v
+    return fun(*full)
+  return f, (args[argnums] if isinstance(argnums, int) else tuple(args[i] for i in nums))
+
+
+def _tangent_dtype(x):
+  dtype = np.result_type(x)
+  return dtype if np.issubdtype(dtype, np.inexact) else np.dtype(np.float64)
+
+
+def _jacobian_tree(columns, x_flat, x_tree):
+  """`columns[j]` is the output tree for input leaf j, each leaf of shape
+  y.shape + (x_j.size,). Regroup it as the output tree of input trees, each
+  block of shape y.shape + x_j.shape."""
+  cols_flat = [tree_flatten(c)[0] for c in columns]
+  out_tree = tree_flatten(columns[0])[1]
+  blocks = [tree_unflatten(x_tree, [_reshape(col[i], np.shape(col[i])[:-1] + np.shape(xj))
+                                    for col, xj in zip(cols_flat, x_flat)])
+            for i in range(out_tree.num_leaves)]
+  return tree_unflatten(out_tree, blocks)
 
 
 def _reshape(x, shape):
@@ -212,16 +222,16 @@ def make_jaxpr(fun, static_argnums=()):
   static = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
 
   def make(*args):
-    fun_dyn, dyn_args = _split_static(fun, args, static)
+    fun_dyn, dyn_args = split_static(fun, args, static)
     args_flat, in_tree = tree_flatten(dyn_args)
-    in_avals = [_abstractify(x) for x in args_flat]
+    in_avals = [shaped_abstractify(x) for x in args_flat]
     flat_fun, _ = flatten_fun(fun_dyn, in_tree)
     return trace_to_closed_jaxpr(flat_fun, in_avals)
   make.__name__ = f"make_jaxpr({getattr(fun, '__name__', 'fun')})"
   return make
 
 
-def _split_static(fun, args, static):
+def split_static(fun, args, static):
   """A function of the non-static arguments only, with the static ones bound."""
   for i in static:
     if not -len(args) <= i < len(args):
@@ -236,7 +246,7 @@ def _split_static(fun, args, static):
   return fun_dyn, dyn_args
 
 
-def _abstractify(x):
+def shaped_abstractify(x):
   """The abstract value a traced argument stands for (never concrete)."""
   if isinstance(x, ShapedArray) or (
       hasattr(x, "shape") and hasattr(x, "dtype") and type(x) not in array_types

@@ -27,47 +27,40 @@ not_mapped = NotMapped()
 
 
 def mapped_aval(batch_dim: int, aval) -> ShapedArray:
-  shape = list(aval.shape)
-  del shape[batch_dim]
-  return ShapedArray(tuple(shape), aval.dtype)
+  """The type of one element of the batch: `aval` without its batch axis."""
+  return ShapedArray(aval.shape[:batch_dim] + aval.shape[batch_dim + 1:], aval.dtype)
 
 
 def moveaxis(x, src: int, dst: int):
   """Move axis `src` of `x` to position `dst`, with a transpose primitive."""
-  perm = [i for i in range(np.ndim(x)) if i != src]
-  perm.insert(dst, src)
-  return lax.transpose(x, perm)
+  order = list(range(np.ndim(x)))
+  order.insert(dst, order.pop(src))
+  return lax.transpose(x, order)
 
 
 def move_batch_axis(axis_size: int, src, dst: int, x):
   """Put the batch axis of `x` at `dst`, materializing it if `x` is unmapped."""
   if src is not_mapped:
-    shape = list(np.shape(x))
-    shape.insert(dst, axis_size)
-    return lax.broadcast(x, shape, [dst])
-  if src == dst:
-    return x
-  return moveaxis(x, src, dst)
+    shape = np.shape(x)
+    return lax.broadcast(x, (*shape[:dst], axis_size, *shape[dst:]), [dst])
+  return x if src == dst else moveaxis(x, src, dst)
 
 
 class BatchTracer(Tracer):
+  """A batch of values stacked along `batch_dim`, or, when that is
+  `not_mapped`, one value that every element of the batch shares."""
   __slots__ = ["val", "batch_dim"]
 
   def __init__(self, trace, val, batch_dim):
-    self._trace = trace
-    self.val = val
-    self.batch_dim = batch_dim
+    self._trace, self.val, self.batch_dim = trace, val, batch_dim
 
   @property
   def aval(self):
-    if self.batch_dim is not_mapped:
-      return get_aval(self.val)
-    return mapped_aval(self.batch_dim, get_aval(self.val))
+    aval = get_aval(self.val)
+    return aval if self.batch_dim is not_mapped else mapped_aval(self.batch_dim, aval)
 
-  def full_lower(self):
-    if self.batch_dim is not_mapped:   # the same for every element: unbox
-      return full_lower(self.val)
-    return self
+  def full_lower(self):   # a value shared by the whole batch needs no box
+    return full_lower(self.val) if self.batch_dim is not_mapped else self
 
 
 class BatchTrace(Trace):
@@ -98,18 +91,16 @@ vmap_rules = RuleTable(
 
 
 def vmap_flat(f, in_axes, *args):
-  """vmap of `f` over flat lists; `in_axes[i]` is an int or `not_mapped`."""
+  """vmap of `f` over flat lists; `in_axes[i]` is an int or `not_mapped`.
+  Returns the outputs, the batch axis of each, and the batch size."""
   sizes = {np.shape(x)[ax] for x, ax in zip(args, in_axes) if ax is not not_mapped}
   assert len(sizes) == 1, "api.vmap checks sizes before calling vmap_flat"
   axis_size, = sizes
   with new_main(BatchTrace, axis_size) as main:
     trace = BatchTrace(main)
-    tracers_in = [BatchTracer(trace, x, ax) if ax is not not_mapped else x
-                  for x, ax in zip(args, in_axes)]
-    outs = f(*tracers_in)
-    tracers_out = [full_raise(trace, out) for out in outs]
-    vals_out, bdims_out = unzip2((t.val, t.batch_dim) for t in tracers_out)
-  return vals_out, bdims_out, axis_size
+    boxed = [x if ax is not_mapped else BatchTracer(trace, x, ax) for x, ax in zip(args, in_axes)]
+    outs = [full_raise(trace, y) for y in f(*boxed)]
+  return [t.val for t in outs], [t.batch_dim for t in outs], axis_size
 
 
 # --- Rules ---------------------------------------------------------------------------------

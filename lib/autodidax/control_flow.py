@@ -24,7 +24,7 @@ import numpy as np
 from . import ad, batching, lax, lowering
 from . import partial_eval as pe
 from .ad import JVPTrace, JVPTracer, Zero, instantiate_zeros
-from .api import _abstractify
+from .api import shaped_abstractify
 from .batching import move_batch_axis, not_mapped
 from .core import (Primitive, ShapedArray, Tracer, abstract_eval_rules, full_raise,
                    get_aval, impl_rules, new_main, raise_to_shaped)
@@ -32,7 +32,8 @@ from .jaxpr import ClosedJaxpr, Jaxpr, JaxprEqn, Lit, Var, eval_jaxpr
 from .lowering import mlir_type
 from .partial_eval import trace_to_jaxpr_dynamic
 from .tree_util import flatten_fun, tree_flatten, tree_unflatten
-from .xla import _cache, closed_to_call_jaxpr, transpose_jaxpr
+from .util import cache_by_jaxpr
+from .xla import closed_to_call_jaxpr, transpose_jaxpr
 
 __all__ = ["cond", "switch", "while_loop", "fori_loop", "scan", "select_n", "clamp",
            "flops", "cond_p", "while_p", "scan_p", "select_n_p", "clamp_p"]
@@ -142,7 +143,7 @@ def _select_n_lowering(ctx, which, *cases):
   return result
 
 
-lowering.register_lowering(select_n_p, _select_n_lowering)
+lowering.lowering_rules[select_n_p] = _select_n_lowering
 
 
 def clamp(lo, x, hi):
@@ -202,7 +203,7 @@ def _clamp_lowering(ctx, lo, x, hi):
                   f"{mlir_type(ahi)}) -> {mlir_type(ctx.avals_out[0])}")
 
 
-lowering.register_lowering(clamp_p, _clamp_lowering)
+lowering.lowering_rules[clamp_p] = _clamp_lowering
 
 
 # --- Tracing functions into jaxprs: closure conversion ---------------------------------------
@@ -309,7 +310,7 @@ def cond(pred, true_fun, false_fun, *operands):
 
 def _bind_cond(index, branches, operands, what):
   ops_flat, in_tree = tree_flatten(tuple(operands))
-  in_avals = [_abstractify(x) for x in ops_flat]
+  in_avals = [shaped_abstractify(x) for x in ops_flat]
   traced = [_trace_tree(lambda *a, f=f: f(*a), in_tree, in_avals) for f in branches]
   out_trees = [t[2] for t in traced]
   if any(t != out_trees[0] for t in out_trees[1:]):
@@ -379,7 +380,7 @@ def _is_float(aval) -> bool:
   return np.dtype(aval.dtype).kind in "fc"
 
 
-@_cache
+@cache_by_jaxpr
 def _jvp_jaxpr(jaxpr: Jaxpr, nonzeros: tuple, instantiate: tuple):
   """(primals, nonzero tangents) -> (primal outs, tangent outs that are
   nonzero or instantiated). Returns (jaxpr, consts, out_nonzeros); the jaxpr's
@@ -432,7 +433,7 @@ ad.jvp_rules[cond_p] = _cond_jvp
 
 # --- Batching a jaxpr, shared by the three rules --------------------------------------------
 
-@_cache
+@cache_by_jaxpr
 def batch_jaxpr(jaxpr: Jaxpr, axis_size: int, in_batched: tuple, force: tuple):
   """A jaxpr over inputs batched at axis 0 (where `in_batched`). Outputs that
   are batched, or `force`d, come out batched at axis 0 (`in_batched` and
@@ -534,7 +535,7 @@ def _cond_lowering(ctx, index, *args, branches):
   return names
 
 
-lowering.register_lowering(cond_p, _cond_lowering)
+lowering.lowering_rules[cond_p] = _cond_lowering
 
 
 # --- cond: partial evaluation and transposition (grad) ---------------------------------------
@@ -652,13 +653,13 @@ def while_loop(cond_fun, body_fun, init_val):
   pytree whose types body_fun must preserve."""
   init_flat, in_tree = tree_flatten(init_val)
   arg_tree = tree_flatten((init_val,))[1]   # the functions take the carry as one argument
-  in_avals = [_abstractify(x) for x in init_flat]
+  in_avals = [shaped_abstractify(x) for x in init_flat]
   body_j, body_c, body_tree = _trace_tree(body_fun, arg_tree, in_avals)
   _check_carry("while_loop", "body_fun", in_tree, body_tree, in_avals, body_j.out_avals)
   fixes = _weak_fix(in_avals, body_j.out_avals)
   if any(d is not None for d in fixes):   # a Python-scalar init: adopt the body's dtype
     init_flat = _convert_leaves(init_flat, fixes)
-    in_avals = [_abstractify(x) for x in init_flat]
+    in_avals = [shaped_abstractify(x) for x in init_flat]
     body_j, body_c, body_tree = _trace_tree(body_fun, arg_tree, in_avals)
   _check_carry("while_loop", "body_fun", in_tree, body_tree, in_avals, body_j.out_avals, strict=True)
   cond_j, cond_c, cond_tree = _trace_tree(cond_fun, arg_tree, in_avals)
@@ -867,7 +868,7 @@ def _while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts, body_ncons
   return names
 
 
-lowering.register_lowering(while_p, _while_lowering)
+lowering.lowering_rules[while_p] = _while_lowering
 
 
 # Reverse mode. A while loop's trip count is only known by running it, so its
@@ -971,8 +972,8 @@ def scan(f, init, xs, length=None, reverse=False):
     raise ValueError("scan: with no xs, pass length=")
   (length,) = lengths
   init_flat, init_tree = tree_flatten(init)
-  init_avals = [_abstractify(x) for x in init_flat]
-  x_avals = [_abstractify(x) for x in xs_flat]
+  init_avals = [shaped_abstractify(x) for x in init_flat]
+  x_avals = [shaped_abstractify(x) for x in xs_flat]
   x_avals = [a.update(shape=a.shape[1:]) for a in x_avals]
 
   def body(carry, x):
@@ -1000,7 +1001,7 @@ def scan(f, init, xs, length=None, reverse=False):
   fixes = _weak_fix(init_avals, j.out_avals[:nc])
   if any(d is not None for d in fixes):
     init_flat = _convert_leaves(init_flat, fixes)
-    init_avals = [_abstractify(x) for x in init_flat]
+    init_avals = [shaped_abstractify(x) for x in init_flat]
     j, consts, (c_tree, y_tree) = trace(init_avals)
   _check_carry("scan", "f", init_tree, c_tree, init_avals, j.out_avals[:nc], strict=True)
   n_in = len(consts) + nc + len(xs_flat)
@@ -1195,7 +1196,7 @@ def _scan_lowering(ctx, *args, jaxpr, num_consts, num_carry, length, reverse, li
   return names[1:]
 
 
-lowering.register_lowering(scan_p, _scan_lowering)
+lowering.lowering_rules[scan_p] = _scan_lowering
 
 
 # --- scan: partial evaluation and transposition (grad) ------------------------------------------
@@ -1242,8 +1243,7 @@ def _scan_params(j, nconsts, ncarry, length, reverse, n_in):
 def _scan_partial_eval(trace, tracers, *, jaxpr, num_consts, num_carry, length, reverse, linear):
   nc, ncar = num_consts, num_carry
   unknowns = [t.pval.is_unknown for t in tracers]
-  j1, j2, carry_uk, out_uk, const_res_idx, stacked_avals = _scan_split(
-      jaxpr.jaxpr, nc, ncar, unknowns)
+  j1, j2, carry_uk, out_uk, const_res_idx, _ = _scan_split(jaxpr.jaxpr, nc, ncar, unknowns)
   uk = unknowns[:nc] + carry_uk + unknowns[nc + ncar:]
   known_in = [t.pval.const for t, u in zip(tracers, uk) if not u]
   nkc, nkcar = nc - sum(unknowns[:nc]), ncar - sum(carry_uk)
@@ -1468,7 +1468,7 @@ def _flops_eqn(eqn, ins, counts) -> list:
   return out if p.multiple_results else [out]
 
 
-def flops(f, by_primitive: bool = False):
+def flops(f):
   """`flops(f)(*args)`: the floating-point operations `f(*args)` performs.
 
   `f` is traced to a jaxpr, which a FLOPS interpreter then evaluates, adding

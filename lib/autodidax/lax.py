@@ -47,11 +47,11 @@ greater_equal_p = Primitive("greater_equal")
 less_equal_p = Primitive("less_equal")
 
 neg_p = Primitive("neg")
-sin_p = Primitive("sin")
-cos_p = Primitive("cos")
 exp_p = Primitive("exp")
 log_p = Primitive("log")
 tanh_p = Primitive("tanh")
+sin_p = Primitive("sin")
+cos_p = Primitive("cos")
 
 
 def _div(x, y):
@@ -188,7 +188,7 @@ def convert_element_type(x, new_dtype):
 _WEAK_REPRESENTATIVE = {"b": False, "i": 0, "u": 0, "f": 0.0, "c": 0j}
 
 
-def _binary_dtype(name, x, y):
+def binary_dtype(name, x, y):
   """The result dtype, with JAX's weak typing: a weakly-typed operand (from a
   Python scalar) adopts the other operand's dtype."""
   if x.weak_type != y.weak_type:
@@ -209,7 +209,7 @@ def _binary_abstract_eval(prim, comparison: bool):
       raise ShapeError(f"{prim.name}: shapes {x.shape} and {y.shape} are "
                        "incompatible. lax operations need equal shapes (or a "
                        "scalar); use autodidax.numpy for broadcasting.")
-    dtype, weak = _binary_dtype(prim.name, x, y)
+    dtype, weak = binary_dtype(prim.name, x, y)
     if comparison:
       dtype, weak = np.dtype(np.bool_), False
     return ShapedArray(x.shape or y.shape, dtype, weak)
@@ -244,14 +244,15 @@ abstract_eval_rules[reduce_sum_p] = _reduce_abstract_eval(reduce_sum_p)
 abstract_eval_rules[reduce_max_p] = _reduce_abstract_eval(reduce_max_p)
 
 
-@reshape_p.def_abstract_eval
 def _reshape_abstract_eval(x, *, new_sizes):
   if math.prod(new_sizes) != math.prod(x.shape):
     raise ShapeError(f"reshape: can't reshape {x.str_short()} to {new_sizes}")
   return ShapedArray(new_sizes, x.dtype, x.weak_type)
 
 
-@broadcast_p.def_abstract_eval
+abstract_eval_rules[reshape_p] = _reshape_abstract_eval
+
+
 def _broadcast_abstract_eval(x, *, shape, axes):
   kept = tuple(d for i, d in enumerate(shape) if i not in axes)
   if kept != x.shape:
@@ -260,16 +261,23 @@ def _broadcast_abstract_eval(x, *, shape, axes):
   return ShapedArray(shape, x.dtype, x.weak_type)
 
 
-@transpose_p.def_abstract_eval
+abstract_eval_rules[broadcast_p] = _broadcast_abstract_eval
+
+
 def _transpose_abstract_eval(x, *, permutation):
   if sorted(permutation) != list(range(x.ndim)):
     raise ShapeError(f"transpose: {permutation} is not a permutation of the axes of {x.str_short()}")
   return ShapedArray(tuple(x.shape[p] for p in permutation), x.dtype, x.weak_type)
 
 
-@convert_element_type_p.def_abstract_eval
+abstract_eval_rules[transpose_p] = _transpose_abstract_eval
+
+
 def _convert_element_type_abstract_eval(x, *, new_dtype):
   return ShapedArray(x.shape, new_dtype, False)
+
+
+abstract_eval_rules[convert_element_type_p] = _convert_element_type_abstract_eval
 
 
 # --- Contractions: dot_general (Part 3) ------------------------------------------------------
@@ -322,22 +330,10 @@ def _dot_general_abstract_eval(x, y, *, dimension_numbers):
     if ls != rs:
       raise ShapeError(f"dot_general: {what} axes have sizes {ls} in {x.str_short()} "
                        f"but {rs} in {y.str_short()}")
-  dtype, weak = _binary_dtype("dot_general", x, y)
+  dtype, weak = binary_dtype("dot_general", x, y)
   shape = ([x.shape[i] for i in lb] + [x.shape[i] for i in _dot_free_axes(x.ndim, lc, lb)]
            + [y.shape[i] for i in _dot_free_axes(y.ndim, rc, rb)])
   return ShapedArray(shape, dtype, weak)
 
 
 abstract_eval_rules[dot_general_p] = _dot_general_abstract_eval
-
-
-# --- Control flow (autodidax/control_flow.py), imported on first use -----------------
-
-_CONTROL_FLOW = {"cond", "switch", "while_loop", "fori_loop", "scan", "select_n", "clamp"}
-
-
-def __getattr__(name):
-  if name in _CONTROL_FLOW:
-    from . import control_flow
-    return getattr(control_flow, name)
-  raise AttributeError(f"module 'autodidax.lax' has no attribute {name!r}")

@@ -22,12 +22,13 @@ from . import lax
 from .core import RuleTable, ShapedArray
 from .jaxpr import Jaxpr, Lit
 
+# `rule(ctx, *operands, **params)` emits ops and returns the result name(s).
 lowering_rules = RuleTable(
-    "Lowering", "Register one with `lowering.register_lowering(prim, rule)`.")
+    "Lowering", "Register one with `lowering.lowering_rules[prim] = rule`.")
 
 
 def register_lowering(prim, rule):
-  """`rule(ctx, *operands, **params)` emits ops and returns the result name(s)."""
+  """JAX's spelling (`mlir.register_lowering`) of `lowering_rules[prim] = rule`."""
   lowering_rules[prim] = rule
   return rule
 
@@ -196,7 +197,7 @@ def _prepare_binary_operands(ctx, x, y, name):
   """Convert weakly-typed operands to the operation's dtype and broadcast a
   rank-0 operand to the full shape: StableHLO wants identical types."""
   ax, ay = ctx.avals_in
-  dtype, _ = lax._binary_dtype(name, ax, ay)
+  dtype, _ = lax.binary_dtype(name, ax, ay)
   shape = ax.shape or ay.shape
   x = ctx.convert(x, ax, dtype)
   y = ctx.convert(y, ay, dtype)
@@ -231,11 +232,11 @@ def _unary_lowering(op):
 
 
 for _p, _op in _BINARY_OPS.items():
-  register_lowering(_p, _binary_lowering(_op))
+  lowering_rules[_p] = _binary_lowering(_op)
 for _p, _dir in _COMPARISONS.items():
-  register_lowering(_p, _compare_lowering(_dir))
+  lowering_rules[_p] = _compare_lowering(_dir)
 for _p, _op in _UNARY_OPS.items():
-  register_lowering(_p, _unary_lowering(_op))
+  lowering_rules[_p] = _unary_lowering(_op)
 
 
 def _reduce_lowering(op, init):
@@ -266,8 +267,8 @@ def _lowest(dtype):
   return -np.inf
 
 
-register_lowering(lax.reduce_sum_p, _reduce_lowering("add", lambda dt: 0))
-register_lowering(lax.reduce_max_p, _reduce_lowering("maximum", _lowest))
+lowering_rules[lax.reduce_sum_p] = _reduce_lowering("add", lambda dt: 0)
+lowering_rules[lax.reduce_max_p] = _reduce_lowering("maximum", _lowest)
 
 
 def _broadcast_lowering(ctx, x, *, shape, axes):
@@ -300,16 +301,16 @@ def _convert_lowering(ctx, x, *, new_dtype):
   return ctx.emit(f"stablehlo.convert {x} : ({mlir_type(aval)}) -> {mlir_type(out)}")
 
 
-register_lowering(lax.broadcast_p, _broadcast_lowering)
-register_lowering(lax.transpose_p, _transpose_lowering)
-register_lowering(lax.reshape_p, _reshape_lowering)
-register_lowering(lax.convert_element_type_p, _convert_lowering)
+lowering_rules[lax.broadcast_p] = _broadcast_lowering
+lowering_rules[lax.transpose_p] = _transpose_lowering
+lowering_rules[lax.reshape_p] = _reshape_lowering
+lowering_rules[lax.convert_element_type_p] = _convert_lowering
 
 
 def _dot_general_lowering(ctx, x, y, *, dimension_numbers):
   (lc, rc), (lb, rb) = dimension_numbers
   ax, ay = ctx.avals_in
-  dtype, _ = lax._binary_dtype("dot_general", ax, ay)
+  dtype, _ = lax.binary_dtype("dot_general", ax, ay)
   x, y = ctx.convert(x, ax, dtype), ctx.convert(y, ay, dtype)
   batch = f"batching_dims = {list(lb)} x {list(rb)}, " if lb else ""
   return ctx.emit(
@@ -318,4 +319,4 @@ def _dot_general_lowering(ctx, x, y, *, dimension_numbers):
       f"{mlir_type(ctx.avals_out[0])}")
 
 
-register_lowering(lax.dot_general_p, _dot_general_lowering)
+lowering_rules[lax.dot_general_p] = _dot_general_lowering

@@ -297,7 +297,7 @@ def _reduction_method(fn):
   return method
 
 
-def _install_tracer_methods(cls):
+def install_tracer_methods(cls):
   cls.__add__, cls.__radd__ = add, _swap(add)
   cls.__sub__, cls.__rsub__ = subtract, _swap(subtract)
   cls.__mul__, cls.__rmul__ = multiply, _swap(multiply)
@@ -315,4 +315,4 @@ def _install_tracer_methods(cls):
   cls.astype = astype
 
 
-_install_tracer_methods(Tracer)
+install_tracer_methods(Tracer)

@@ -134,15 +134,6 @@ def _boxing_html(x) -> str:
           + "".join(rows) + "</table>")
 
 
-def value_graph(x, title: str | None = None):
-  """Nested boxes: which tracer boxes which, down to the plain array."""
-  g = _digraph("value")
-  if title:
-    g.attr(label=title, labelloc="t")
-  g.node("v", f"<{_boxing_html(x)}>", shape="plaintext")
-  return g
-
-
 # --- Snapshots from inside a user function --------------------------------------------------
 
 class Snapshot:
@@ -272,10 +263,10 @@ def record():
 
 def _eqn_label(eqn, names, var_label) -> str:
   """An equation's node: the primitive, its literals, short params, outputs."""
-  from .jaxpr import Lit, _fmt_literal, _has_jaxpr, _pp_param
-  lits = [_fmt_literal(x.val) for x in eqn.inputs if isinstance(x, Lit)]
-  params = ", ".join(f"{k}={_pp_param(v, names, 0)}" for k, v in sorted(eqn.params.items())
-                     if not _has_jaxpr(v))
+  from .jaxpr import Lit, fmt_literal, has_jaxpr, pp_param
+  lits = [fmt_literal(x.val) for x in eqn.inputs if isinstance(x, Lit)]
+  params = ", ".join(f"{k}={pp_param(v, names, 0)}" for k, v in sorted(eqn.params.items())
+                     if not has_jaxpr(v))
   label = f"<<b>{html.escape(eqn.primitive.name)}</b>"
   if lits:
     label += f" {html.escape(' '.join(lits))}"
@@ -287,10 +278,10 @@ def _eqn_label(eqn, names, var_label) -> str:
 
 def jaxpr_graph(jaxpr, title: str | None = None, max_eqns: int = 200):
   """Inputs, constvars, one node per equation (literals shown inline), outputs."""
-  from .jaxpr import ClosedJaxpr, Lit, _Names, _fmt_literal
+  from .jaxpr import ClosedJaxpr, Lit, VarNames, fmt_literal
   if isinstance(jaxpr, ClosedJaxpr):
     jaxpr = jaxpr.jaxpr
-  names = _Names()
+  names = VarNames()
   g = _digraph("jaxpr", rankdir="TB", nodesep="0.2", ranksep="0.3")
   if title:
     g.attr(label=title, labelloc="t")
@@ -323,7 +314,7 @@ def jaxpr_graph(jaxpr, title: str | None = None, max_eqns: int = 200):
   with g.subgraph(name="outputs") as s:
     s.attr(rank="sink")
     for k, x in enumerate(jaxpr.outvars):
-      label = f"out {k}: " + (_fmt_literal(x.val) if isinstance(x, Lit) else var_label(x))
+      label = f"out {k}: " + (fmt_literal(x.val) if isinstance(x, Lit) else var_label(x))
       s.node(f"out{k}", label, shape="ellipse", peripheries="2", style="filled",
              fillcolor="#fff3cd")
       if not isinstance(x, Lit) and x in producer:
@@ -404,14 +395,14 @@ def jit_pipeline(jitted, *args):
          fillcolor="#cfe2ff")
   g.node("hlo", f"<<b>optimized HLO</b><br/>{max(fused, 0)} fusion mentions>",
          fillcolor="#ffe5b4")
-  g.node("exe", "<<b>executable</b><br/>on " + html.escape(compiled._exe.platform) + ">",
+  g.node("exe", "<<b>executable</b><br/>on " + html.escape(compiled.platform) + ">",
          fillcolor="#f8d7da")
   g.edge("py", "jaxpr", label="trace\n(make_jaxpr)")
   g.edge("jaxpr", "shlo", label="lower\n(lowering rules)")
   g.edge("shlo", "hlo", label="XLA passes")
   g.edge("hlo", "exe", label="codegen")
   g.node("cache", f"<<b>caches</b><br/>traces: {jitted.trace_count}<br/>"
-                  f"specializations: {len(jitted._cache)}>",
+                  f"specializations: {jitted.num_specializations}>",
          shape="note", fillcolor="#fff3cd")
   g.edge("cache", "jaxpr", style="dashed", arrowhead="none")
   g.edge("cache", "exe", style="dashed", arrowhead="none")
@@ -673,10 +664,10 @@ def jaxpr_graph_nested(jaxpr, title: str | None = None, max_eqns: int = 200):
   holding its sub-jaxprs (each a cluster of its own, named by its parameter),
   with edges from the equation's operands to the sub-jaxprs' inputs.
   Names are shared across levels, as in the printed jaxpr."""
-  from .jaxpr import ClosedJaxpr, Jaxpr, Lit, _Names, _fmt_literal
+  from .jaxpr import ClosedJaxpr, Jaxpr, Lit, VarNames, fmt_literal
   if isinstance(jaxpr, ClosedJaxpr):
     jaxpr = jaxpr.jaxpr
-  names = _Names()
+  names = VarNames()
   g = _digraph("jaxpr", rankdir="TB", nodesep="0.2", ranksep="0.3", compound="true")
   if title:
     g.attr(label=title, labelloc="t")
@@ -747,7 +738,7 @@ def jaxpr_graph_nested(jaxpr, title: str | None = None, max_eqns: int = 200):
   with g.subgraph(name="outputs") as s:
     s.attr(rank="sink")
     for k, (x, src) in enumerate(zip(jaxpr.outvars, outs)):
-      label = f"out {k}: " + (_fmt_literal(x.val) if isinstance(x, Lit) else var_label(x))
+      label = f"out {k}: " + (fmt_literal(x.val) if isinstance(x, Lit) else var_label(x))
       s.node(f"out{k}", label, shape="ellipse", peripheries="2", style="filled",
              fillcolor="#fff3cd")
       if src is not None:
