@@ -616,7 +616,6 @@ def _install_tracer_methods(cls):
   cls.__eq__, cls.__ne__ = equal, not_equal
   cls.__hash__ = None   # arrays compare elementwise, so they can't be dict keys
   cls.__getitem__ = _getitem
-  cls.__iter__ = _iter
   cls.T = property(transpose)
   cls.sum, cls.max, cls.min, cls.mean, cls.prod = map(
       _reduction_method, (sum, max, min, mean, prod))
@@ -631,6 +630,7 @@ def _install_tracer_methods(cls):
 
 
 _install_tracer_methods(Tracer)
+Tracer.__iter__ = _iter   # (device Arrays iterate over their fetched values)
 
 
 def __getattr__(name):

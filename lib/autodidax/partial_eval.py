@@ -178,8 +178,8 @@ class PartialEvalTracer(Tracer):
     self._trace, self.pval, self.recipe = trace, pval, recipe
 
   @property
-  def aval(self):
-    return self.pval.aval
+  def aval(self):   # a known value keeps its value: int(x) works under grad
+    return get_aval(self.pval.const) if self.pval.is_known else self.pval.aval
 
   def full_lower(self):
     if self.pval.is_known:
