@@ -460,28 +460,32 @@ def _check_starts(name, x, starts):
 
 def dynamic_slice(x, start_indices, slice_sizes):
   """A slice of static size `slice_sizes` at start indices that may be traced
-  (clamped into range, as XLA does)."""
-  starts = [_index(i) for i in start_indices]
-  _check_starts("dynamic_slice", x, starts)
+  (negative ones count from the end; then clamped into range, as XLA does)."""
+  _check_starts("dynamic_slice", x, start_indices)
+  starts = [_index(i, d) for i, d in zip(start_indices, np.shape(x))]
   return dynamic_slice_p.bind(x, *starts, slice_sizes=tuple(map(int, slice_sizes)))
 
 
 def dynamic_update_slice(x, update, start_indices):
   """`x` with `update` written at (possibly traced) start indices."""
-  starts = [_index(i) for i in start_indices]
-  _check_starts("dynamic_update_slice", x, starts)
+  _check_starts("dynamic_update_slice", x, start_indices)
+  starts = [_index(i, d) for i, d in zip(start_indices, np.shape(x))]
   return dynamic_update_slice_p.bind(x, update, *starts)
 
 
-def _index(i):
-  """An index as an int64 scalar (a Python int, or a traced integer)."""
+def _index(i, size: int):
+  """An index into an axis of `size` as an int64 scalar; a negative one
+  counts from the end (for a traced one: i + size * (i < 0))."""
   if type(i) is int or isinstance(i, np.integer):
-    return np.int64(i)
+    return np.int64(i + size if i < 0 else i)
   aval = getattr(i, "aval", None)
   dtype = aval.dtype if aval is not None else np.result_type(i)
   if np.shape(i) != () or dtype.kind not in "iu":
     raise TypeError(f"indices must be integer scalars, got {i!r:.60}")
-  return i if dtype == np.int64 else convert_element_type(i, np.int64)
+  i = i if dtype == np.int64 else convert_element_type(i, np.int64)
+  if dtype.kind == "u":
+    return i
+  return add(i, mul(convert_element_type(less(i, np.int64(0)), np.int64), np.int64(size)))
 
 
 # --- Abstract evaluation (typing) rules: Part 2 --------------------------------------------

@@ -555,7 +555,7 @@ def _getitem(x, idx):
     starts = [_np.int64(0)] * len(sizes)
     for a, i in dyn.items():
       sizes[a] = 1
-      starts[a] = _normalize_index(i, shape[a])
+      starts[a] = i
     x = lax.dynamic_slice(x, starts, sizes)
   return x if _np.shape(x) == tuple(out_shape) else lax.reshape(x, out_shape)
 
@@ -563,13 +563,6 @@ def _getitem(x, idx):
 def _is_int_scalar(i) -> bool:
   aval = getattr(i, "aval", None)
   return aval is not None and aval.shape == () and aval.dtype.kind in "iu"
-
-
-def _normalize_index(i, size):
-  """A negative index counts from the end, as in NumPy."""
-  i = lax._index(i)
-  return lax.add(i, lax.mul(lax.convert_element_type(lax.less(i, _np.int64(0)), int64),
-                            _np.int64(size)))
 
 
 # --- Operators and methods of Tracers (as jax/_src/numpy/array_methods.py) -----------
