@@ -230,6 +230,9 @@ def _split_static(fun, args, static, kwargs=None, static_names=()):
   the traced arguments; and the static values. Keyword arguments not named
   in `static_names` are traced, as one more argument: a dict."""
   kwargs = kwargs or {}
+  if not kwargs and any(not -len(args) <= i < len(args) for i in static):
+    raise TransformationError(
+        f"static_argnums={tuple(static)} but the function got {len(args)} arguments")
   static = {i % len(args) for i in static if -len(args) <= i < len(args)}
   static_kw = {k: v for k, v in kwargs.items() if k in static_names}
   dyn_kw = {k: v for k, v in kwargs.items() if k not in static_names}

@@ -71,9 +71,13 @@ def _is_weak(x) -> bool:
 
 
 def _promote(*xs):
-  """Convert `xs` to their common dtype, as JAX's promotion lattice says."""
-  dtype, weak = dtypes.join_types(*(_dtype_of(x) for x in xs))
-  return [_as_type(x, dtype, weak) for x in xs]
+  """Convert `xs` to their common dtype, as JAX's promotion lattice says. A
+  weakly typed operand already of that dtype needs no conversion: lax ops
+  take weak and strong operands together (as in JAX's jaxprs)."""
+  types = [_dtype_of(x) for x in xs]
+  dtype, weak = dtypes.join_types(*types)
+  return [x if t[0] == dtype and not weak else _as_type(x, dtype, weak)
+          for x, t in zip(xs, types)]
 
 
 def _promote_inexact(*xs):
