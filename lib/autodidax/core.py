@@ -187,7 +187,7 @@ def raise_to_shaped(aval: ShapedArray) -> ShapedArray:
 # Types that are arrays for us, besides Tracers. Later parts add device arrays.
 array_types: set = {bool, int, float, np.ndarray, np.bool_, np.float16,
                     np.float32, np.float64, np.int8, np.int16, np.int32,
-                    np.int64, np.uint8, np.uint32}
+                    np.int64, np.uint8, np.uint16, np.uint32, np.uint64}
 
 
 def is_array(x) -> bool:

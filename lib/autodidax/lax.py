@@ -520,8 +520,8 @@ def _binary_abstract_eval(prim, comparison: bool):
                        "scalar); use autodidax.numpy for broadcasting.")
     _check_kinds(prim, x, y)
     dtype, weak = _binary_dtype(prim.name, x, y)
-    if comparison:
-      dtype, weak = np.dtype(np.bool_), False
+    if comparison:   # weak when both operands are, as in JAX
+      dtype = np.dtype(np.bool_)
     return ShapedArray(x.shape or y.shape, dtype, weak)
   return rule
 

@@ -395,7 +395,7 @@ def _cumsum_lowering(ctx, x, *, axis, reverse):
   scalar = mlir_type(ShapedArray((), aval.dtype))
   zero = ctx.constant(0, aval.dtype)
   window = [n if i == axis else 1 for i in range(rank)]
-  pads = [[0, n - 1] if reverse else [n - 1, 0] if i == axis else [0, 0] for i in range(rank)]
+  pads = [([0, n - 1] if reverse else [n - 1, 0]) if i == axis else [0, 0] for i in range(rank)]
   pads_t = f"tensor<{rank}x2xi64>"
   ones = ", ".join(["1"] * rank)
   result, a, b, body = ctx.fresh(), ctx.fresh(), ctx.fresh(), ctx.fresh()

@@ -525,10 +525,9 @@ def _getitem(x, idx):
   used = builtins.sum(i is not None and i is not Ellipsis for i in idx)
   if used > len(shape):
     raise IndexError(f"too many indices for an array of rank {len(shape)}")
-  if Ellipsis in [i for i in idx if not isinstance(i, Tracer)]:
-    k = [j for j, i in enumerate(idx) if i is Ellipsis][0]
-    idx = idx[:k] + (builtins.slice(None),) * (len(shape) - used) + idx[k + 1:]
-  idx = idx + (builtins.slice(None),) * (len(shape) - used)
+  # `...` stands for as many full slices as needed; so do missing trailing ones.
+  k = next((j for j, i in enumerate(idx) if i is Ellipsis), len(idx))
+  idx = idx[:k] + (builtins.slice(None),) * (len(shape) - used) + idx[k + 1:]
   start, limit, strides, dyn, out_shape, axis = [], [], [], {}, [], 0
   for i in idx:
     if i is None:
