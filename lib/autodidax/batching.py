@@ -28,7 +28,8 @@ not_mapped = NotMapped()
 
 def mapped_aval(batch_dim: int, aval) -> ShapedArray:
   """The type of one element of the batch: `aval` without its batch axis."""
-  return ShapedArray(aval.shape[:batch_dim] + aval.shape[batch_dim + 1:], aval.dtype)
+  return ShapedArray(aval.shape[:batch_dim] + aval.shape[batch_dim + 1:], aval.dtype,
+                     aval.weak_type)
 
 
 def moveaxis(x, src: int, dst: int):
@@ -206,3 +207,93 @@ def _dot_general_rule(axis_size, vals_in, dims_in, *, dimension_numbers):
 
 
 vmap_rules[lax.dot_general_p] = _dot_general_rule
+
+
+# --- Rules of the NumPy-subset primitives ---------------------------------------------------
+
+for _p in (lax.integer_pow_p, lax.round_p):
+  vmap_rules[_p] = lambda *a, _p=_p, **kw: _vectorized_unop_rule(_p, *a, **kw)
+vmap_rules[lax.reduce_min_p] = lambda *a, **kw: _reduce_rule(lax.reduce_min_p, *a, **kw)
+vmap_rules[lax.reduce_prod_p] = lambda *a, **kw: _reduce_rule(lax.reduce_prod_p, *a, **kw)
+
+
+def _arg_reduce_rule(prim, axis_size, vals_in, dims_in, *, axes, index_dtype):
+  (x,), (x_bdim,) = vals_in, dims_in
+  x = move_batch_axis(axis_size, x_bdim, 0, x)
+  return prim.bind(x, axes=(axes[0] + 1,), index_dtype=index_dtype), 0
+
+
+def _cumsum_rule(axis_size, vals_in, dims_in, *, axis, reverse):
+  (x,), (x_bdim,) = vals_in, dims_in
+  x = move_batch_axis(axis_size, x_bdim, 0, x)
+  return lax.cumsum(x, axis + 1, reverse), 0
+
+
+def _concatenate_rule(axis_size, vals_in, dims_in, *, dimension):
+  xs = [move_batch_axis(axis_size, d, 0, x) for x, d in zip(vals_in, dims_in)]
+  return lax.concatenate(xs, dimension + 1), 0
+
+
+def _pad_rule(axis_size, vals_in, dims_in, *, padding_config):
+  (x, value), (x_bdim, v_bdim) = vals_in, dims_in
+  x = move_batch_axis(axis_size, x_bdim, 0, x)
+  config = [(0, 0, 0), *padding_config]
+  if v_bdim is not_mapped:
+    return lax.pad(x, value, config), 0
+  # One padding value per element: pad with 0, then add value * (1 where padded).
+  dtype = np.result_type(get_aval(x).dtype)
+  padded = lax.pad(x, np.zeros((), dtype), config)
+  where_pad = lax.pad(np.zeros(np.shape(x), dtype), np.ones((), dtype), config)
+  value = move_batch_axis(axis_size, v_bdim, 0, value)
+  value = lax.broadcast(value, np.shape(padded), range(1, len(config)))
+  return lax.add(padded, lax.mul(where_pad, value)), 0
+
+
+def _slice_rule(axis_size, vals_in, dims_in, *, start_indices, limit_indices, strides):
+  (x,), (x_bdim,) = vals_in, dims_in
+  x = move_batch_axis(axis_size, x_bdim, 0, x)
+  return lax.slice(x, (0, *start_indices), (axis_size, *limit_indices), (1, *strides)), 0
+
+
+def _loop_over_batch(axis_size, f, vals_in, dims_in):
+  """Apply `f` to one batch element at a time, in a `scan`. Slices at
+  different indices are no single slice (JAX uses `gather`); a loop is the
+  simplest correct answer."""
+  from .control_flow import scan   # control flow is built on these rules
+  mapped = [d is not not_mapped for d in dims_in]
+  xs = [move_batch_axis(axis_size, d, 0, v) for v, d, m in zip(vals_in, dims_in, mapped) if m]
+
+  def body(carry, x_slices):
+    it = iter(x_slices)
+    return carry, f(*(next(it) if m else v for v, m in zip(vals_in, mapped)))
+  _, out = scan(body, (), xs)
+  return out, 0
+
+
+def _dynamic_slice_rule(axis_size, vals_in, dims_in, *, slice_sizes):
+  (x, *starts), (x_bdim, *start_dims) = vals_in, dims_in
+  if any(d is not not_mapped for d in start_dims):
+    return _loop_over_batch(axis_size, lambda x, *s: lax.dynamic_slice_p.bind(
+        x, *s, slice_sizes=slice_sizes), vals_in, dims_in)
+  x = move_batch_axis(axis_size, x_bdim, 0, x)
+  return lax.dynamic_slice_p.bind(x, np.int64(0), *starts,
+                                  slice_sizes=(axis_size, *slice_sizes)), 0
+
+
+def _dynamic_update_slice_rule(axis_size, vals_in, dims_in):
+  (x, update, *starts), (x_bdim, u_bdim, *start_dims) = vals_in, dims_in
+  if any(d is not not_mapped for d in start_dims):
+    return _loop_over_batch(axis_size, lax.dynamic_update_slice_p.bind, vals_in, dims_in)
+  x = move_batch_axis(axis_size, x_bdim, 0, x)
+  update = move_batch_axis(axis_size, u_bdim, 0, update)
+  return lax.dynamic_update_slice_p.bind(x, update, np.int64(0), *starts), 0
+
+
+vmap_rules[lax.argmax_p] = lambda *a, **kw: _arg_reduce_rule(lax.argmax_p, *a, **kw)
+vmap_rules[lax.argmin_p] = lambda *a, **kw: _arg_reduce_rule(lax.argmin_p, *a, **kw)
+vmap_rules[lax.cumsum_p] = _cumsum_rule
+vmap_rules[lax.concatenate_p] = _concatenate_rule
+vmap_rules[lax.pad_p] = _pad_rule
+vmap_rules[lax.slice_p] = _slice_rule
+vmap_rules[lax.dynamic_slice_p] = _dynamic_slice_rule
+vmap_rules[lax.dynamic_update_slice_p] = _dynamic_update_slice_rule

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import ad, batching, lax, lowering
+from . import ad, batching, dtypes, lax, lowering
 from . import partial_eval as pe
 from .ad import JVPTrace, JVPTracer, Zero, instantiate_zeros
 from .api import shaped_abstractify
@@ -174,9 +174,8 @@ def _clamp_jvp(primals, tangents):
   x_dot = tangents[1]
   if type(x_dot) is Zero or np.result_type(get_aval(x).dtype).kind not in "fc":
     return out, Zero.from_value(out)
-  inside = lax.convert_element_type(
-      lax.mul(lax.convert_element_type(lax.greater_equal(x, lo), np.int32),
-              lax.convert_element_type(lax.less_equal(x, hi), np.int32)), np.bool_)
+  # Strictly inside: at a bound the slope is 0, as in JAX.
+  inside = lax.bitwise_and(lax.greater(x, lo), lax.less(x, hi))
   zeros = np.zeros(np.shape(out), get_aval(out).dtype)
   return out, select_n(inside, zeros, x_dot)
 
@@ -305,20 +304,27 @@ def cond(pred, true_fun, false_fun, *operands):
       raise TypeError(f"cond: the predicate must be bool or a number, got {aval.str_short()}")
     pred = lax.convert_element_type(pred, np.bool_)   # nonzero is true
   index = lax.convert_element_type(pred, np.int32)
-  return _bind_cond(index, [false_fun, true_fun], operands, "cond")
+  return _bind_cond(index, [false_fun, true_fun], operands, "cond",
+                    names=["false_fun", "true_fun"])
 
 
-def _bind_cond(index, branches, operands, what):
+def _bind_cond(index, branches, operands, what, names=None):
+  # Messages name the branches in the order the user wrote them.
+  names = names or [f"branch {i}" for i in range(len(branches))]
+  order = list(range(len(branches)))
+  if what == "cond":
+    order.reverse()   # branches are [false_fun, true_fun]
   ops_flat, in_tree = tree_flatten(tuple(operands))
   in_avals = [shaped_abstractify(x) for x in ops_flat]
   traced = [_trace_tree(lambda *a, f=f: f(*a), in_tree, in_avals) for f in branches]
   out_trees = [t[2] for t in traced]
-  if any(t != out_trees[0] for t in out_trees[1:]):
-    i = next(i for i, t in enumerate(out_trees) if t != out_trees[0])
-    raise TypeError(f"{what}: branches must return the same structure, but branch 0 "
-                    f"returns {out_trees[0]} and branch {i} returns {out_trees[i]}")
+  first = order[0]
+  if any(t != out_trees[first] for t in out_trees):
+    i = next(i for i in order if out_trees[i] != out_trees[first])
+    raise TypeError(f"{what}: branches must return the same structure, but {names[first]} "
+                    f"returns {out_trees[first]} and {names[i]} returns {out_trees[i]}")
   # Types must agree; weakly typed outputs (Python scalars) adopt the others' dtype.
-  targets = _join_branch_types([t[0].out_avals for t in traced], what)
+  targets = _join_branch_types([t[0].out_avals for t in traced], what, names, order)
   fixed = []
   for (j, cs, tree), f in zip(traced, branches):
     if any(not _same_type(a, t) for a, t in zip(j.out_avals, targets)):
@@ -332,7 +338,7 @@ def _bind_cond(index, branches, operands, what):
   return tree_unflatten(out_trees[0], outs)
 
 
-def _join_branch_types(outs_avals: list, what: str) -> list:
+def _join_branch_types(outs_avals: list, what: str, names, order) -> list:
   targets = []
   for k, avals in enumerate(zip(*outs_avals)):
     a0 = avals[0]
@@ -341,10 +347,11 @@ def _join_branch_types(outs_avals: list, what: str) -> list:
       continue
     strong = {a.dtype for a in avals if not a.weak_type}
     if all(a.shape == a0.shape for a in avals) and len(strong) <= 1:
-      dtype = strong.pop() if strong else np.result_type(*[a.dtype for a in avals])
+      dtype = strong.pop() if strong else dtypes.join_types(
+          *[(a.dtype, True) for a in avals])[0]
       targets.append(ShapedArray(a0.shape, dtype, not strong))
       continue
-    types = "; ".join(f"branch {i}: {_avals_str(o)}" for i, o in enumerate(outs_avals))
+    types = "; ".join(f"{names[i]}: {_avals_str(outs_avals[i])}" for i in order)
     raise TypeError(f"{what}: every branch must return the same types, but output {k} "
                     f"differs ({types}). Make the branches agree in shape and dtype.")
   return targets
@@ -978,9 +985,9 @@ def scan(f, init, xs, length=None, reverse=False):
 
   def body(carry, x):
     out = f(carry, x)
-    if not isinstance(out, tuple) or len(out) != 2:
+    if not isinstance(out, (tuple, list)) or len(out) != 2:
       raise TypeError("scan: f must return a pair (new_carry, y)")
-    return out
+    return tuple(out)
 
   def trace(avals):
     def flat(*args):
@@ -1131,6 +1138,8 @@ def _scan_lowering(ctx, *args, jaxpr, num_consts, num_carry, length, reverse, li
   avals_in = ctx.avals_in
   carry_avals, xs_avals = avals_in[nc:nc + ncar], avals_in[nc + ncar:]
   ys_avals = ctx.avals_out[ncar:]
+  if length == 0:   # no iteration, and a body slicing empty xs would not compile
+    return [*init, *(ctx.constant(np.zeros(a.shape, a.dtype), a.dtype) for a in ys_avals)]
   i32 = ShapedArray((), np.int32)
   zero = ctx.constant(0, np.int32)
   ys_init = [ctx.constant(np.zeros(a.shape, a.dtype), a.dtype) for a in ys_avals]

@@ -189,7 +189,7 @@ def raise_to_shaped(aval: ShapedArray) -> ShapedArray:
 # Types that are arrays for us, besides Tracers. Later parts add device arrays.
 array_types: set = {bool, int, float, np.ndarray, np.bool_, np.float16,
                     np.float32, np.float64, np.int8, np.int16, np.int32,
-                    np.int64, np.uint8, np.uint32}
+                    np.int64, np.uint8, np.uint16, np.uint32, np.uint64}
 
 
 def is_array(x) -> bool:
@@ -215,12 +215,12 @@ class UnsupportedTypeError(TypeError):
 
 
 class ConcretizationError(TypeError):
-  def __init__(self, tracer):
+  def __init__(self, tracer, what: str = "a bool or an index"):
     trace = tracer._trace.main.trace_type.__name__
     super().__init__(
-        f"A value traced by {trace} has no concrete value here (it is "
-        f"{tracer.aval.str_short()}), so Python can't turn it into a bool or "
-        "an index. This happens with `if x > 0:` or `while` on a traced value. "
+        f"A tracer (a value traced by {trace}) has no concrete value here (it is "
+        f"{tracer.aval.str_short()}), so Python can't turn it into {what}. "
+        "This happens with `if x > 0:`, `while`, or float(x) on a traced value. "
         "For a data-dependent choice compute both branches and blend them with "
         "a mask, e.g. `m = (x > 0).astype(x.dtype); m * a + (1 - m) * b`, or "
         "keep the value out of the transformation (for vmap: in_axes=None).")
@@ -307,6 +307,19 @@ class Tracer:
     if not self.shape:
       raise TypeError("len() of a 0-d (scalar) tracer")
     return self.shape[0]
+
+  def _concrete(self, what: str):
+    """The value, where the interpreter knows it (e.g. under grad or jvp)."""
+    if isinstance(self.aval, ConcreteArray):
+      return np.asarray(self.aval.val)
+    raise ConcretizationError(self, what)
+
+  __int__ = lambda self: int(self._concrete("a Python int"))
+  __float__ = lambda self: float(self._concrete("a Python float"))
+  __complex__ = lambda self: complex(self._concrete("a Python complex"))
+  __index__ = lambda self: operator.index(self._concrete("an index")[()])
+  item = lambda self: self._concrete("a Python scalar (.item())").item()
+  tolist = lambda self: self._concrete("a Python list (.tolist())").tolist()
 
   def __array__(self, dtype=None, copy=None):
     raise TypeError(

@@ -6,7 +6,6 @@ JAX keeps both in jax/_src/interpreters/partial_eval.py, and so do we.
 """
 from __future__ import annotations
 
-import operator
 import weakref
 from contextlib import nullcontext
 from typing import Any, NamedTuple
@@ -185,7 +184,9 @@ class PartialEvalTracer(Tracer):
   def __init__(self, trace, pval: PartialVal, recipe):
     self._trace, self.pval, self.recipe = trace, pval, recipe
 
-  aval = property(operator.attrgetter("pval.aval"))
+  @property
+  def aval(self):   # a known value keeps its value: int(x) works under grad
+    return get_aval(self.pval.const) if self.pval.is_known else self.pval.aval
 
   def full_lower(self):   # a known value needs no box
     return full_lower(self.pval.const) if self.pval.is_known else self

@@ -7,6 +7,7 @@ rules: jvp and vmap transform the inner jaxpr and bind a new `xla_call`.
 """
 from __future__ import annotations
 
+import inspect
 import weakref
 
 import numpy as np
@@ -59,9 +60,6 @@ class Array:
   def __iter__(self):
     return iter(np.asarray(self))
 
-  def __getitem__(self, idx):
-    return np.asarray(self)[idx]
-
   def __bool__(self):
     return bool(np.asarray(self))
 
@@ -70,6 +68,12 @@ class Array:
 
   def __int__(self):
     return int(np.asarray(self))
+
+  def item(self):
+    return np.asarray(self).item()
+
+  def tolist(self):
+    return np.asarray(self).tolist()
 
   def __format__(self, spec):
     return format(np.asarray(self).item() if self.ndim == 0 else np.asarray(self), spec)
@@ -240,18 +244,45 @@ def _fast_signature(args):
   return tuple(sig)
 
 
+def _static_args(fun, argnums, argnames) -> tuple[tuple, tuple]:
+  """static_argnums and static_argnames, each completed from the other
+  through `fun`'s signature (as JAX does)."""
+  argnums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+  argnames = (argnames,) if isinstance(argnames, str) else tuple(argnames)
+  try:
+    params = inspect.signature(fun).parameters.values()
+  except (TypeError, ValueError):
+    return argnums, argnames
+  positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+  argnums += tuple(positional.index(n) for n in argnames
+                   if n in positional and positional.index(n) not in argnums)
+  argnames += tuple(positional[i] for i in argnums
+                    if -len(positional) <= i < len(positional) and positional[i] not in argnames)
+  return argnums, argnames
+
+
+def _static_key(x):
+  """Static arguments as a cache key, with their types: 2 and 2.0 are equal
+  in Python but give different programs."""
+  if isinstance(x, (tuple, list)):
+    return type(x), tuple(_static_key(v) for v in x)
+  return type(x), x
+
+
 class jit:
   """`jit(f)(*args)`: trace `f` once per input signature, compile, and run it.
 
-  Arguments in `static_argnums` are part of the signature by value (they must
-  be hashable). `platform` picks the XLA backend ('cpu', 'gpu'); the default
-  comes from $AUTODIDAX_PLATFORM, else 'cpu'.
+  Arguments in `static_argnums` (or named in `static_argnames`) are part of
+  the signature by value and type (they must be hashable). `platform` picks
+  the XLA backend ('cpu', 'gpu'); the default comes from $AUTODIDAX_PLATFORM,
+  else 'cpu'.
   """
 
-  def __init__(self, fun, static_argnums=(), platform: str | None = None):
+  def __init__(self, fun, static_argnums=(), static_argnames=(),
+               platform: str | None = None):
     self.fun = fun
-    self.static_argnums = ((static_argnums,) if isinstance(static_argnums, int)
-                           else tuple(static_argnums))
+    self.static_argnums, self.static_argnames = _static_args(fun, static_argnums,
+                                                             static_argnames)
     self.platform = platform
     self.trace_count = 0
     self._cache: dict = {}
@@ -259,9 +290,9 @@ class jit:
     self.__name__ = getattr(fun, "__name__", "fun")
     self.__doc__ = getattr(fun, "__doc__", None)
 
-  def _specialize(self, args) -> tuple[_Traced, list]:
-    fun_dyn, dyn_args = split_static(self.fun, args, self.static_argnums)
-    statics = tuple(args[i] for i in self.static_argnums)
+  def _specialize(self, args, kwargs=None) -> tuple[_Traced, list]:
+    fun_dyn, dyn_args, statics = split_static(self.fun, args, self.static_argnums,
+                                              kwargs, self.static_argnames)
     try:
       hash(statics)
     except TypeError:
@@ -269,7 +300,7 @@ class jit:
                       "pass tuples instead of lists or arrays") from None
     args_flat, in_tree = tree_flatten(dyn_args)
     in_avals = tuple(shaped_abstractify(x) for x in args_flat)
-    key = (in_tree, in_avals, statics)
+    key = (in_tree, in_avals, _static_key(statics))
     traced = self._cache.get(key)
     if traced is None:
       flat_fun, out_tree = flatten_fun(fun_dyn, in_tree)
@@ -287,12 +318,12 @@ class jit:
       params["platform"] = self.platform
     return params
 
-  def __call__(self, *args):
-    sig = _fast_signature(args) if not self.static_argnums else None
+  def __call__(self, *args, **kwargs):
+    sig = _fast_signature(args) if not (self.static_argnums or kwargs) else None
     hit = self._fast.get(sig)
     if hit is not None and core.dynamic_trace is None and not core.bind_observers:
       return self._call_fast(hit, args)
-    traced, args_flat = self._specialize(args)
+    traced, args_flat = self._specialize(args, kwargs)
     outs = xla_call_p.bind(*traced.consts, *args_flat, **self._params(traced))
     if sig is not None and not any(isinstance(c, Tracer) for c in traced.consts):
       self._fast[sig] = traced, {}   # next time, take the fast path

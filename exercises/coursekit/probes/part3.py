@@ -61,7 +61,7 @@ def probe_3_1(p, max_lowering):
 
 @probe("3.2", answers=("reduce_max_lowering",),
        removes={"autodidax.lowering:_reduce_max_lowering": "reduce_max_lowering",
-                "autodidax.lowering:_reduce_lowering": None, "autodidax.lowering:_lowest": None})
+                "autodidax.lowering:_reduce_lowering": None, "autodidax.lax:lowest": None})
 def probe_3_2(p, reduce_max_lowering):
   r = p.rng
   neg = -r.uniform(1., 5., size=(3, 4))   # all negative: 0 is a wrong init value
