@@ -436,10 +436,8 @@ trace_stack.append(MainTrace(0, EvalTrace, None))
 def fast_bind(prim: Primitive, args, params) -> list:
   """`bind`, as `Primitive.bind` calls it. With plain arrays only (no Tracer)
   and no dynamic trace, `bind` would pick EvalTrace, whose whole work is the
-  impl rule: call it directly. Observers (`observe_binds`) see every bind."""
-  if bind_observers:
-    return observed_bind(prim, args, params)
-  if dynamic_trace is None:
+  impl rule: call it directly (unless binds are being observed)."""
+  if dynamic_trace is None and not bind_observers:
     for x in args:
       if type(x) not in array_types:
         break
@@ -464,10 +462,12 @@ class BindEvent:
 
 bind_observers: list = []   # callbacks, called with a BindEvent as each bind starts
 _bind_depth = 0
+_plain_bind = bind
 
 
-def observed_bind(prim, args, params) -> list:
-  """`bind`, reporting a BindEvent to each observer before it runs."""
+def observed_bind(prim: Primitive, *args, **params) -> list:
+  """What `core.bind` is while observers are installed: the plain `bind`,
+  reporting a BindEvent to each observer before it runs."""
   global _bind_depth
   event = BindEvent(prim, find_top_trace(args).main, args, params, _bind_depth,
                     tuple(trace_stack))
@@ -475,7 +475,7 @@ def observed_bind(prim, args, params) -> list:
     observe(event)
   _bind_depth += 1
   try:
-    event.outs = bind(prim, *args, **params)
+    event.outs = _plain_bind(prim, *args, **params)
   finally:
     _bind_depth -= 1
   return event.outs
@@ -484,9 +484,14 @@ def observed_bind(prim, args, params) -> list:
 @contextmanager
 def observe_binds(callback):
   """Call `callback(event: BindEvent)` as each bind starts; `event.outs` is
-  filled in when it returns."""
+  filled in when it returns. Meanwhile `core.bind` is `observed_bind`, so the
+  binds of `Primitive.bind` and of direct `core.bind` calls are all seen."""
+  global bind
   bind_observers.append(callback)
+  bind = observed_bind
   try:
     yield
   finally:
     bind_observers.remove(callback)
+    if not bind_observers:
+      bind = _plain_bind
