@@ -118,7 +118,7 @@ CASES = [
     ("dot_outer", lambda x, y: lax.dot_general(x, y, _dn([], [])),
      lambda x, y: jax.lax.dot_general(x, y, _dn([], [])), (F32(2), F32(3))),
     ("xla_call", _inner_jit, lambda x: jnp.sin(x) * 2. + 1., (F32(3),)),
-    # Control flow (autodidax/control_flow.py)
+    # Control flow (autodidax/control_flow/)
     ("cond", lambda x: lax.cond(anp.sum(x) > 0., anp.sin, anp.cos, x),
      lambda x: jax.lax.cond(jnp.sum(x) > 0., jnp.sin, jnp.cos, x), (F32(3),)),
     ("switch_clamp", lambda i, x: lax.switch(i, [anp.sin, anp.cos, lambda z: z * 2.], x),

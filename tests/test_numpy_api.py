@@ -349,3 +349,8 @@ def test_api_options():
   same(lax.broadcast(np.ones(3), (2, 4)), jax.lax.broadcast(jnp.ones(3), (2, 4)))
   same(lax.broadcast_in_dim(np.ones(3), (2, 3), (1,)),
        jax.lax.broadcast_in_dim(jnp.ones(3), (2, 3), (1,)))
+
+
+def test_flops_counts_the_new_primitives():
+  f = lambda x: (anp.cumsum(x) + nn.softmax(x) + x[1:].sum() + anp.prod(x) + x ** 3).sum()
+  assert int(adx.flops(f)(np.ones(4))) > 0

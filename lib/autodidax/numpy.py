@@ -1,8 +1,10 @@
 """A small NumPy-flavoured layer over `autodidax.lax`, like `jax.numpy`.
 
 lax is strict (equal shapes, explicit dtypes); here we add NumPy's habits:
-broadcasting, dtype promotion with weakly-typed Python scalars (`x * 2.`
-keeps x's float32), reductions over `axis=None`, and the operators of Tracers.
+broadcasting, dtype promotion as JAX does it (its lattice, in
+`autodidax.dtypes`, with weakly-typed Python scalars: `x * 2.` keeps x's
+float32), reductions over `axis=None`, indexing, and the operators of Tracers.
+A jax.numpy function that is not here raises an error saying so.
 """
 from __future__ import annotations
 
