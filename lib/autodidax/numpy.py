@@ -297,7 +297,7 @@ def _keepdims(out, x, axes):
 
 def _reduction(reduce, x, axis, keepdims, dtype):
   axes = _axes(x, axis)
-  x = astype(x, dtype) if dtype is not None else x
+  x = astype(x, dtype) if dtype is not None and result_type(x) != dtype else x
   out = reduce(x, axes)
   return _keepdims(out, x, axes) if keepdims else out
 
