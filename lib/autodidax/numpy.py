@@ -281,6 +281,9 @@ def power(x, y):
     return _weak(lax.integer_pow(x, y), x)
   x0, y0 = x, y
   x, y = _broadcast_arrays(*_promote(x, y))
+  if result_type(x, y).kind not in "fc":
+    raise TypeError("power: an integer array to an integer array power is not in "
+                    "autodidax; use a Python int exponent, or convert to floats")
   return _weak(lax.pow(x, y), x0, y0)
 
 
