@@ -255,45 +255,9 @@ def _slice_rule(axis_size, vals_in, dims_in, *, start_indices, limit_indices, st
   return lax.slice(x, (0, *start_indices), (axis_size, *limit_indices), (1, *strides)), 0
 
 
-def _loop_over_batch(axis_size, f, vals_in, dims_in):
-  """Apply `f` to one batch element at a time, in a `scan`. Slices at
-  different indices are no single slice (JAX uses `gather`); a loop is the
-  simplest correct answer."""
-  from .control_flow import scan   # control flow is built on these rules
-  mapped = [d is not not_mapped for d in dims_in]
-  xs = [move_batch_axis(axis_size, d, 0, v) for v, d, m in zip(vals_in, dims_in, mapped) if m]
-
-  def body(carry, x_slices):
-    it = iter(x_slices)
-    return carry, f(*(next(it) if m else v for v, m in zip(vals_in, mapped)))
-  _, out = scan(body, (), xs)
-  return out, 0
-
-
-def _dynamic_slice_rule(axis_size, vals_in, dims_in, *, slice_sizes):
-  (x, *starts), (x_bdim, *start_dims) = vals_in, dims_in
-  if any(d is not not_mapped for d in start_dims):
-    return _loop_over_batch(axis_size, lambda x, *s: lax.dynamic_slice_p.bind(
-        x, *s, slice_sizes=slice_sizes), vals_in, dims_in)
-  x = move_batch_axis(axis_size, x_bdim, 0, x)
-  return lax.dynamic_slice_p.bind(x, np.int64(0), *starts,
-                                  slice_sizes=(axis_size, *slice_sizes)), 0
-
-
-def _dynamic_update_slice_rule(axis_size, vals_in, dims_in):
-  (x, update, *starts), (x_bdim, u_bdim, *start_dims) = vals_in, dims_in
-  if any(d is not not_mapped for d in start_dims):
-    return _loop_over_batch(axis_size, lax.dynamic_update_slice_p.bind, vals_in, dims_in)
-  x = move_batch_axis(axis_size, x_bdim, 0, x)
-  update = move_batch_axis(axis_size, u_bdim, 0, update)
-  return lax.dynamic_update_slice_p.bind(x, update, np.int64(0), *starts), 0
-
-
 vmap_rules[lax.argmax_p] = lambda *a, **kw: _arg_reduce_rule(lax.argmax_p, *a, **kw)
 vmap_rules[lax.argmin_p] = lambda *a, **kw: _arg_reduce_rule(lax.argmin_p, *a, **kw)
 vmap_rules[lax.cumsum_p] = _cumsum_rule
 vmap_rules[lax.concatenate_p] = _concatenate_rule
 vmap_rules[lax.pad_p] = _pad_rule
 vmap_rules[lax.slice_p] = _slice_rule
-vmap_rules[lax.dynamic_slice_p] = _dynamic_slice_rule
-vmap_rules[lax.dynamic_update_slice_p] = _dynamic_update_slice_rule

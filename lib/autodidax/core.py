@@ -116,7 +116,8 @@ abstract_eval_rules = RuleTable(
 
 _DTYPE_SHORT = {"float16": "f16", "float32": "f32", "float64": "f64",
                 "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
-                "uint8": "u8", "uint32": "u32", "bool": "bool"}
+                "uint8": "u8", "uint16": "u16", "uint32": "u32", "uint64": "u64",
+                "complex64": "c64", "complex128": "c128", "bool": "bool"}
 
 
 def dtype_short(dtype) -> str:

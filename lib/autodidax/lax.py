@@ -103,7 +103,7 @@ unary_primitives = {neg_p: np.negative, sin_p: np.sin, cos_p: np.cos,
 _NUMBERS, _FLOATS, _INTEGRAL = "iufc", "fc", "biu"
 operand_kinds = {
     add_p: _NUMBERS, sub_p: _NUMBERS, mul_p: _NUMBERS, div_p: _NUMBERS,
-    rem_p: _NUMBERS, pow_p: _NUMBERS, neg_p: _NUMBERS, abs_p: _NUMBERS,
+    rem_p: _NUMBERS, pow_p: _FLOATS, neg_p: _NUMBERS, abs_p: _NUMBERS,
     sign_p: _NUMBERS, and_p: _INTEGRAL, or_p: _INTEGRAL, xor_p: _INTEGRAL,
     not_p: _INTEGRAL, **{p: _FLOATS for p in (sin_p, cos_p, exp_p, log_p,
                                              tanh_p, sqrt_p, rsqrt_p, floor_p)}}
@@ -504,8 +504,8 @@ def binary_dtype(name, x, y):
 
 def _check_kinds(prim, *avals):
   kinds = operand_kinds.get(prim)
-  for a in avals:
-    if kinds and a.dtype.kind not in kinds:
+  for a in avals:   # (a weakly typed Python scalar adapts to the other operand)
+    if kinds and a.dtype.kind not in kinds and not (a.weak_type and len(avals) > 1):
       accepted = {_NUMBERS: "numbers (ints or floats)", _FLOATS: "floating-point",
                   _INTEGRAL: "bool or integer"}[kinds]
       raise TypeError(f"{prim.name} does not accept dtype {a.dtype.name}: it takes "

@@ -1,8 +1,10 @@
 """A small NumPy-flavoured layer over `autodidax.lax`, like `jax.numpy`.
 
 lax is strict (equal shapes, explicit dtypes); here we add NumPy's habits:
-broadcasting, dtype promotion with weakly-typed Python scalars (`x * 2.`
-keeps x's float32), reductions over `axis=None`, and the operators of Tracers.
+broadcasting, dtype promotion as JAX does it (its lattice, in
+`autodidax.dtypes`, with weakly-typed Python scalars: `x * 2.` keeps x's
+float32), reductions over `axis=None`, indexing, and the operators of Tracers.
+A jax.numpy function that is not here raises an error saying so.
 """
 from __future__ import annotations
 
@@ -279,6 +281,9 @@ def power(x, y):
     return _weak(lax.integer_pow(x, y), x)
   x0, y0 = x, y
   x, y = _broadcast_arrays(*_promote(x, y))
+  if result_type(x, y).kind not in "fc":
+    raise TypeError("power: an integer array to an integer array power is not in "
+                    "autodidax; use a Python int exponent, or convert to floats")
   return _weak(lax.pow(x, y), x0, y0)
 
 
@@ -295,7 +300,7 @@ def _keepdims(out, x, axes):
 
 def _reduction(reduce, x, axis, keepdims, dtype):
   axes = _axes(x, axis)
-  x = astype(x, dtype) if dtype is not None else x
+  x = astype(x, dtype) if dtype is not None and result_type(x) != dtype else x
   out = reduce(x, axes)
   return _keepdims(out, x, axes) if keepdims else out
 

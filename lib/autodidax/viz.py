@@ -744,3 +744,19 @@ def jaxpr_graph_nested(jaxpr, title: str | None = None, max_eqns: int = 200):
       if src is not None:
         g.edge(src, f"out{k}")
   return g
+
+
+def dtype_lattice():
+  """JAX's type-promotion lattice (autodidax.dtypes.LATTICE), lowest at the
+  bottom: two dtypes promote to the lowest node above both. The weak types
+  of Python scalars are dashed."""
+  from .dtypes import LATTICE
+  name = lambda n: n if isinstance(n, str) else core.dtype_short(n)
+  g = _digraph("dtype_lattice", rankdir="BT")
+  for node in LATTICE:
+    weak = isinstance(node, str)
+    g.node(name(node), shape="box", style="dashed" if weak else "solid")
+  for node, above in LATTICE.items():
+    for up in above:
+      g.edge(name(node), name(up))
+  return g
