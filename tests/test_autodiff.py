@@ -459,6 +459,22 @@ def test_unused_path_costs_nothing_in_the_backward_pass():
   assert np.shape(gy) == y_shape and not np.any(gy)
 
 
+@pytest.mark.parametrize("r", [0.3, 2.0, -1.5])
+def test_backward_pass_runs_the_known_equations_first(r):
+  """A linear jaxpr written by hand that computes cos of its residual before
+  using it: the backward pass evaluates that equation forwards, then
+  transposes the mul. Checked against jax.vjp of the same linear map."""
+  from autodidax.jaxpr import Jaxpr, JaxprEqn, Var
+  f64 = ShapedArray((), np.float64)
+  res, t, c, out = Var(f64), Var(f64), Var(f64), Var(f64)
+  jaxpr = Jaxpr([], [res, t], [JaxprEqn(lax.cos_p, [res], {}, [c]),
+                               JaxprEqn(lax.mul_p, [t, c], {}, [out])], [out])
+  ct = 1.7
+  (got,) = ad.backward_pass(jaxpr, [r, ad.UndefPrimal(f64)], [ct])
+  _, jax_vjp = jax.vjp(lambda tt: tt * jnp.cos(r), 0.5)
+  np.testing.assert_allclose(got, jax_vjp(ct)[0], rtol=1e-12)
+
+
 def test_zero_output_cotangent_skips_its_equations():
   """backward_pass with a symbolic Zero cotangent for one output binds nothing
   for the equations that only feed that output."""

@@ -189,7 +189,6 @@ def test_get_aval_of_constants_is_concrete(val, shape, dtype):
   aval = core.get_aval(val)
   assert type(aval) is ConcreteArray and aval.val is val
   assert aval.shape == shape and aval.dtype == dtype
-  assert aval.array_abstraction_level > ShapedArray.array_abstraction_level
 
 
 def test_concrete_and_shaped_arrays():

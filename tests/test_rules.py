@@ -93,7 +93,74 @@ def _dot_general_cases():
                lambda x, y, dn=dn: jlax.dot_general(x, y, dn), (xs, ys))
 
 
-CASES = [*_binary_cases(), *_unary_cases(), *_shape_cases(), *_dot_general_cases()]
+def _numpy_subset_cases():
+  """The primitives behind autodidax.numpy's jax.numpy subset."""
+  for name, ours, theirs, dom, smooth in [
+      ("eq", lax.eq, jlax.eq, ("any", "any"), True), ("ne", lax.ne, jlax.ne, ("any", "any"), True),
+      ("min", lax.min, jlax.min, ("any", "any"), True),
+      ("pow", lax.pow, jlax.pow, ("pos", "any"), True),
+      ("rem", lax.rem, jlax.rem, ("any", "nonzero"), False)]:
+    for shapes in [((2, 3), (2, 3)), ((), (2, 3))]:
+      yield Case(f"{name}-{shapes[0]}-{shapes[1]}", name, ours, theirs, shapes, dom, smooth)
+  for name, ours, theirs in [("and", lax.bitwise_and, jlax.bitwise_and),
+                             ("or", lax.bitwise_or, jlax.bitwise_or),
+                             ("xor", lax.bitwise_xor, jlax.bitwise_xor)]:
+    yield Case(f"{name}-int32", name, ours, theirs, ((2, 3), (2, 3)), dtype=np.int32)
+  yield Case("not-int32", "not", lax.bitwise_not, jlax.bitwise_not, ((2, 3),), dtype=np.int32)
+  for name, dom, smooth in [("abs", "any", True), ("sign", "any", False), ("sqrt", "pos", True),
+                            ("rsqrt", "pos", True), ("floor", "any", False),
+                            ("stop_gradient", "any", False)]:
+    theirs = getattr(jlax, name)
+    for shape in [(), (2, 3)]:
+      yield Case(f"{name}-{shape}", name, getattr(lax, name), theirs, (shape,), (dom,), smooth)
+  yield Case("round-even", "round", lambda x: lax.round(x, lax.ROUND_TO_NEAREST_EVEN),
+             lambda x: jlax.round(x, jlax.RoundingMethod.TO_NEAREST_EVEN), ((2, 3),), smooth=False)
+  yield Case("round-away", "round", lambda x: lax.round(x * 2), lambda x: jlax.round(x * 2),
+             ((2, 3),), smooth=False)
+  for y, dom in [(3, "any"), (2, "any"), (-2, "pos"), (0, "any"), (1, "any")]:
+    yield Case(f"integer_pow-{y}", "integer_pow", lambda x, y=y: lax.integer_pow(x, y),
+               lambda x, y=y: jlax.integer_pow(x, y), ((2, 3),), (dom,))
+  for name in ["reduce_min", "reduce_prod"]:
+    for shape, axis in [((5,), 0), ((2, 3, 4), (0, 2)), ((2, 3), ())]:
+      yield Case(f"{name}-{shape}-{axis}", name,
+                 lambda x, f=getattr(lax, name), a=axis: f(x, a),
+                 lambda x, f=getattr(jlax, name), a=axis: f(x, (a,) if isinstance(a, int) else a),
+                 (shape,))
+  for name in ["argmax", "argmin"]:
+    for shape, axis in [((5,), 0), ((2, 3, 4), 1), ((2, 3), -1)]:
+      yield Case(f"{name}-{shape}-{axis}", name,
+                 lambda x, f=getattr(lax, name), a=axis: f(x, a, np.int64),
+                 lambda x, f=getattr(jlax, name), a=axis, n=len(shape): f(x, a % n, np.int64),
+                 (shape,), smooth=False)
+  for shape, axis, reverse in [((5,), 0, False), ((2, 3, 4), 1, True), ((2, 3), -1, False)]:
+    yield Case(f"cumsum-{shape}-{axis}-{reverse}", "cumsum",
+               lambda x, a=axis, r=reverse: lax.cumsum(x, a, r),
+               lambda x, a=axis, r=reverse, n=len(shape): jlax.cumsum(x, a % n, r), (shape,))
+  for shapes, dim in [(((2, 3), (4, 3)), 0), (((2, 3), (2, 1)), 1), (((3,), (3,)), 0)]:
+    yield Case(f"concatenate-{shapes}-{dim}", "concatenate",
+               lambda *xs, d=dim: lax.concatenate(xs, d),
+               lambda *xs, d=dim: jlax.concatenate(xs, d), shapes)
+  for shape, config in [((2, 3), [(1, 2, 0), (0, 0, 1)]), ((5,), [(-1, 2, 1)]),
+                        ((4, 2), [(0, -2, 0), (2, -1, 2)])]:
+    yield Case(f"pad-{shape}-{config}", "pad", lambda x, v, c=config: lax.pad(x, v, c),
+               lambda x, v, c=config: jlax.pad(x, v, c), (shape, ()))
+  for shape, start, limit, strides in [((5,), (1,), (4,), None), ((4, 6), (0, 1), (3, 6), (2, 2)),
+                                       ((3, 4), (1, 0), (1, 4), None)]:
+    yield Case(f"slice-{shape}-{start}-{limit}-{strides}", "slice",
+               lambda x, a=start, b=limit, s=strides: lax.slice(x, a, b, s),
+               lambda x, a=start, b=limit, s=strides: jlax.slice(x, a, b, s), (shape,))
+  for shape, start, sizes in [((5,), (1,), (3,)), ((4, 3), (3, 1), (2, 2)), ((4, 3), (-1, 0), (1, 3))]:
+    yield Case(f"dynamic_slice-{shape}-{start}-{sizes}", "dynamic_slice",
+               lambda x, s=start, n=sizes: lax.dynamic_slice(x, s, n),
+               lambda x, s=start, n=sizes: jlax.dynamic_slice(x, s, n), (shape,))
+  for shape, ushape, start in [((5,), (2,), (1,)), ((4, 3), (2, 2), (3, 1)), ((4, 3), (4, 3), (0, 0))]:
+    yield Case(f"dynamic_update_slice-{shape}-{ushape}-{start}", "dynamic_update_slice",
+               lambda x, u, s=start: lax.dynamic_update_slice(x, u, s),
+               lambda x, u, s=start: jlax.dynamic_update_slice(x, u, s), (shape, ushape))
+
+
+CASES = [*_binary_cases(), *_unary_cases(), *_shape_cases(), *_dot_general_cases(),
+         *_numpy_subset_cases()]
 ALL_PRIMITIVES = ["add", "sub", "mul", "div", "max", "greater", "less", "greater_equal",
                   "less_equal", "neg", "sin", "cos", "exp", "log", "tanh", "reduce_sum",
                   "reduce_max", "broadcast", "transpose", "reshape", "convert_element_type"]

@@ -7,13 +7,25 @@
     adx.vmap(lambda x: x * 2.)(np.arange(3.))
 """
 from . import core, tree_util, lax, ad, batching, numpy, jaxpr, partial_eval  # noqa: F401
-from .api import (TransformationError, grad, jacfwd, jacrev, jvp, linearize,  # noqa: F401
-                  make_jaxpr, value_and_grad, vjp, vmap)
+from .api import (TransformationError, grad, hessian, jacfwd, jacrev, jvp,  # noqa: F401
+                  linearize, make_jaxpr, value_and_grad, vjp, vmap)
 from .core import MissingRuleError, Primitive  # noqa: F401
 from . import lowering, xla  # noqa: F401  (runtime.py imports jax only when used)
 from .xla import Array, jit  # noqa: F401
-from . import control_flow  # noqa: F401  (cond, while, scan: see lax.cond etc.)
+from . import control_flow  # noqa: F401
 from .control_flow import flops  # noqa: F401
 
-__all__ = ["jvp", "vmap", "jacfwd", "jacrev", "make_jaxpr", "jit", "Array", "linearize",
-           "vjp", "grad", "value_and_grad", "lax", "numpy", "tree_util", "Primitive"]
+# Like `jax.lax`, `autodidax.lax` is where users find control flow too. It is
+# written in control_flow, which builds on lax, so lax gets it from here.
+for _name in ("cond", "switch", "while_loop", "fori_loop", "scan", "select_n", "clamp"):
+  setattr(lax, _name, getattr(control_flow, _name))
+
+from . import dtypes, nn  # noqa: F401,E402
+
+__all__ = ["jvp", "vmap", "jacfwd", "jacrev", "hessian", "make_jaxpr", "jit", "Array",
+           "linearize", "vjp", "grad", "value_and_grad", "lax", "numpy", "nn", "tree_util",
+           "Primitive"]
+
+
+def __getattr__(name):   # a JAX name that autodidax leaves out: say so
+  raise lax.not_in_autodidax("jax", name)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import lax
-from .core import (RuleTable, Trace, Tracer, bind, check_live, full_lower,
+from .core import (RuleTable, Trace, Tracer, check_live, full_lower,
                    full_raise, get_aval, new_main, raise_to_shaped)
 from .jaxpr import Lit, Var
 from .lax import (add_p, broadcast_p, convert_element_type_p, cos_p, div_p,
@@ -54,16 +54,13 @@ def add_tangents(x, y):
 # --- The interpreter -------------------------------------------------------------------
 
 class JVPTracer(Tracer):
+  """A primal value boxed with its tangent (which may be a symbolic Zero)."""
   __slots__ = ["primal", "tangent"]
 
   def __init__(self, trace, primal, tangent):
-    self._trace = trace
-    self.primal = primal
-    self.tangent = tangent
+    self._trace, self.primal, self.tangent = trace, primal, tangent
 
-  @property
-  def aval(self):
-    return get_aval(self.primal)
+  aval = property(lambda self: get_aval(self.primal))   # the primal's type
 
   def full_lower(self):
     if type(self.tangent) is Zero:   # nothing to differentiate: unbox
@@ -93,24 +90,23 @@ class JVPTrace(Trace):
 
 
 jvp_rules = RuleTable(
-    "JVP", "Register one with `ad.jvp_rules[prim] = rule` or `ad.defjvp`.")
+    "JVP", "Register one with `ad.jvp_rules[prim] = rule` (`ad.partials_jvp` "
+    "builds a rule from one function per operand).")
 
 
 def jvp_flat(f, primals, tangents):
   """JVP of `f`, which takes and returns flat lists of arrays."""
   with new_main(JVPTrace) as main:
     trace = JVPTrace(main)
-    tracers_in = [JVPTracer(trace, x, t) for x, t in zip(primals, tangents)]
-    outs = f(*tracers_in)
-    tracers_out = [full_raise(trace, out) for out in outs]
-    primals_out, tangents_out = unzip2((t.primal, t.tangent) for t in tracers_out)
-  return primals_out, [instantiate_zeros(t) for t in tangents_out]
+    boxed = [JVPTracer(trace, p, t) for p, t in zip(primals, tangents)]
+    outs = [full_raise(trace, y) for y in f(*boxed)]
+  return [t.primal for t in outs], [instantiate_zeros(t.tangent) for t in outs]
 
 
-# --- Rule helpers, as in jax._src.interpreters.ad ----------------------------------------
+# --- Rule builders: the usual shapes of a JVP rule ---------------------------------------
 
-def defjvp(primitive, *jvp_fns):
-  """Define a JVP rule from one function per operand.
+def partials_jvp(primitive, *jvp_fns):
+  """A JVP rule from one function per operand (JAX's `defjvp` builds the same).
 
   `jvp_fns[i](tangent_i, *primals, **params)` gives operand i's contribution
   to the output tangent; Zero tangents are skipped, contributions summed.
@@ -122,24 +118,23 @@ def defjvp(primitive, *jvp_fns):
       if fn is not None and type(t) is not Zero:
         out = add_tangents(out, fn(t, *primals, **params))
     return primal_out, out
-  jvp_rules[primitive] = rule
   return rule
 
 
-def deflinear(primitive):
-  """A primitive linear in all operands is its own JVP."""
+def linear_jvp(primitive):
+  """The JVP rule of a primitive linear in all operands: apply it to the tangents."""
   def rule(primals, tangents, **params):
     tangents = [instantiate_zeros(t) for t in tangents]
     return primitive.bind(*primals, **params), primitive.bind(*tangents, **params)
-  jvp_rules[primitive] = rule
+  return rule
 
 
-def defjvp_zero(primitive):
-  """Outputs that don't vary with the inputs (comparisons): zero tangent."""
+def zero_jvp(primitive):
+  """The JVP rule of outputs that don't vary with the inputs (comparisons)."""
   def rule(primals, tangents, **params):
     out = primitive.bind(*primals, **params)
     return out, Zero.from_value(out)
-  jvp_rules[primitive] = rule
+  return rule
 
 
 # --- Rules -------------------------------------------------------------------------------
@@ -170,15 +165,16 @@ def _sub_jvp(primals, tangents):
 
 jvp_rules[add_p] = _add_jvp
 jvp_rules[sub_p] = _sub_jvp
-defjvp(mul_p, lambda x_dot, x, y: lax.mul(x_dot, y),
-              lambda y_dot, x, y: lax.mul(x, y_dot))
-defjvp(div_p, lambda x_dot, x, y: lax.div(x_dot, y),
-              lambda y_dot, x, y: lax.neg(lax.div(lax.mul(y_dot, x), lax.mul(y, y))))
-deflinear(neg_p)
-defjvp(sin_p, lambda x_dot, x: lax.mul(x_dot, lax.cos(x)))
-defjvp(cos_p, lambda x_dot, x: lax.neg(lax.mul(x_dot, lax.sin(x))))
-defjvp(exp_p, lambda x_dot, x: lax.mul(x_dot, lax.exp(x)))
-defjvp(log_p, lambda x_dot, x: lax.div(x_dot, x))
+jvp_rules[mul_p] = partials_jvp(mul_p, lambda x_dot, x, y: lax.mul(x_dot, y),
+                                       lambda y_dot, x, y: lax.mul(x, y_dot))
+jvp_rules[div_p] = partials_jvp(
+    div_p, lambda x_dot, x, y: lax.div(x_dot, y),
+    lambda y_dot, x, y: lax.neg(lax.div(lax.mul(y_dot, x), lax.mul(y, y))))
+jvp_rules[neg_p] = linear_jvp(neg_p)
+jvp_rules[sin_p] = partials_jvp(sin_p, lambda x_dot, x: lax.mul(x_dot, lax.cos(x)))
+jvp_rules[cos_p] = partials_jvp(cos_p, lambda x_dot, x: lax.neg(lax.mul(x_dot, lax.sin(x))))
+jvp_rules[exp_p] = partials_jvp(exp_p, lambda x_dot, x: lax.mul(x_dot, lax.exp(x)))
+jvp_rules[log_p] = partials_jvp(log_p, lambda x_dot, x: lax.div(x_dot, x))
 
 
 def _tanh_jvp(primals, tangents):
@@ -192,7 +188,7 @@ def _tanh_jvp(primals, tangents):
 
 jvp_rules[tanh_p] = _tanh_jvp
 for _p in lax.comparison_primitives:
-  defjvp_zero(_p)
+  jvp_rules[_p] = zero_jvp(_p)
 
 
 def _where_mask(cond, like):
@@ -215,8 +211,7 @@ def _max_jvp(primals, tangents):
 
 
 jvp_rules[max_p] = _max_jvp
-
-deflinear(reduce_sum_p)
+jvp_rules[reduce_sum_p] = linear_jvp(reduce_sum_p)
 
 
 def _reduce_max_jvp(primals, tangents, *, axes):
@@ -232,26 +227,27 @@ def _reduce_max_jvp(primals, tangents, *, axes):
 
 
 jvp_rules[reduce_max_p] = _reduce_max_jvp
-deflinear(broadcast_p)
-deflinear(transpose_p)
-deflinear(reshape_p)
+for _p in (broadcast_p, transpose_p, reshape_p):
+  jvp_rules[_p] = linear_jvp(_p)
 
 
-def _convert_element_type_jvp(primals, tangents, *, new_dtype):
+def _convert_element_type_jvp(primals, tangents, *, new_dtype, weak_type):
   (x,), (x_dot,) = primals, tangents
-  out = lax.convert_element_type(x, new_dtype)
-  if not np.issubdtype(new_dtype, np.inexact) or type(x_dot) is Zero:
+  out = lax.convert_element_type(x, new_dtype, weak_type)
+  if (not np.issubdtype(new_dtype, np.inexact) or type(x_dot) is Zero
+      or not np.issubdtype(get_aval(x).dtype, np.inexact)):
     return out, Zero.from_value(out)   # integers have no tangent space
-  return out, lax.convert_element_type(x_dot, new_dtype)
+  return out, lax.convert_element_type(x_dot, new_dtype, weak_type)
 
 
 jvp_rules[convert_element_type_p] = _convert_element_type_jvp
 
 
 # dot_general is bilinear: one term per operand, each a dot_general itself.
-defjvp(lax.dot_general_p,
-       lambda x_dot, x, y, *, dimension_numbers: lax.dot_general(x_dot, y, dimension_numbers),
-       lambda y_dot, x, y, *, dimension_numbers: lax.dot_general(x, y_dot, dimension_numbers))
+jvp_rules[lax.dot_general_p] = partials_jvp(
+    lax.dot_general_p,
+    lambda x_dot, x, y, *, dimension_numbers: lax.dot_general(x_dot, y, dimension_numbers),
+    lambda y_dot, x, y, *, dimension_numbers: lax.dot_general(x, y_dot, dimension_numbers))
 
 
 # --- Transposition: running a linear jaxpr backwards (Part 4) ----------------------------------
@@ -280,48 +276,50 @@ def backward_pass(jaxpr, args, cts) -> list:
   """Cotangents for the UndefPrimal entries of `args` (constvars then invars),
   given cotangents `cts` for the outputs. Zero cotangents stay symbolic, so
   parts of the jaxpr that don't reach an output cost nothing."""
-  primal_env: dict = {}
+  read_primal, linear_eqns = eval_known_eqns(jaxpr, args)
   ct_env: dict = {}
+
+  def add_cotangent(x, ct):
+    if type(x) is Var and ct is not None and type(ct) is not Zero:
+      ct_env[x] = add_tangents(ct_env[x], ct) if x in ct_env else ct
+
+  for x, ct in zip(jaxpr.outvars, cts):
+    add_cotangent(x, ct)
+  for eqn in reversed(linear_eqns):   # each sends its outputs' cotangents to its inputs
+    cts_out = [ct_env.pop(v, Zero(v.aval)) for v in eqn.out_binders]
+    if all(type(ct) is Zero for ct in cts_out):
+      continue
+    rule = transpose_rules[eqn.primitive]
+    ct_arg = cts_out if eqn.primitive.multiple_results else cts_out[0]
+    cts_in = rule(ct_arg, *map(read_primal, eqn.inputs), **eqn.params)
+    for x, ct in zip(eqn.inputs, cts_in):
+      add_cotangent(x, ct)
+  return [ct_env.pop(v, Zero(v.aval)) for v, x in zip(jaxpr.constvars + jaxpr.invars, args)
+          if is_undefined_primal(x)]
+
+
+def eval_known_eqns(jaxpr, args):
+  """The forward step before a backward pass. A linear jaxpr may also compute
+  on its known inputs (residuals, constants): run those equations now. Returns
+  a reader of primal values (an UndefPrimal for a linear one) and the
+  remaining equations, which each read a linear value."""
+  env = {v: x for v, x in zip(jaxpr.constvars + jaxpr.invars, args)
+         if not is_undefined_primal(x)}
 
   def read_primal(x):
     if type(x) is Lit:
       return x.val
-    return primal_env.get(x, UndefPrimal(x.aval))
+    return env[x] if x in env else UndefPrimal(x.aval)
 
-  def write_cotangent(x, ct):
-    if type(x) is not Var or ct is None or type(ct) is Zero:
-      return
-    ct_env[x] = add_tangents(ct_env[x], ct) if x in ct_env else ct
-
-  for v, val in zip(jaxpr.constvars + jaxpr.invars, args):
-    if not is_undefined_primal(val):
-      primal_env[v] = val
-  # Forward: equations that don't touch a linear input are evaluated as usual.
   linear_eqns = []
   for eqn in jaxpr.eqns:
     ins = [read_primal(x) for x in eqn.inputs]
     if any(is_undefined_primal(x) for x in ins):
       linear_eqns.append(eqn)
     else:
-      for v, val in zip(eqn.out_binders, bind(eqn.primitive, *ins, **eqn.params)):
-        primal_env[v] = val
-  for x, ct in zip(jaxpr.outvars, cts):
-    write_cotangent(x, ct)
-  # Backward: each linear equation sends its output cotangents to its inputs.
-  for eqn in reversed(linear_eqns):
-    cts_in = [ct_env.pop(v, Zero(v.aval)) for v in eqn.out_binders]
-    if all(type(ct) is Zero for ct in cts_in):
-      continue
-    primals_in = [read_primal(x) for x in eqn.inputs]
-    rule = transpose_rules[eqn.primitive]
-    if eqn.primitive.multiple_results:
-      cts_out = rule(cts_in, *primals_in, **eqn.params)
-    else:
-      cts_out = rule(cts_in[0], *primals_in, **eqn.params)
-    for x, ct in zip(eqn.inputs, cts_out):
-      write_cotangent(x, ct)
-  return [ct_env.pop(v, Zero(v.aval)) for v, x in zip(jaxpr.constvars + jaxpr.invars, args)
-          if is_undefined_primal(x)]
+      outs = eqn.primitive.bind(*ins, **eqn.params)
+      env.update(zip(eqn.out_binders, outs if eqn.primitive.multiple_results else [outs]))
+  return read_primal, linear_eqns
 
 
 # The rules: `rule(ct, *operands, **params)` returns one cotangent per operand
@@ -383,7 +381,8 @@ transpose_rules[transpose_p] = (
 transpose_rules[reshape_p] = (
     lambda ct, x, *, new_sizes: [lax.reshape(ct, x.aval.shape)])
 transpose_rules[convert_element_type_p] = (
-    lambda ct, x, *, new_dtype: [lax.convert_element_type(ct, x.aval.dtype)])
+    lambda ct, x, *, new_dtype, weak_type:
+    [lax.convert_element_type(ct, x.aval.dtype, x.aval.weak_type)])
 
 
 def _dot_transpose_lhs(ct, y, x_aval, dimension_numbers):
@@ -416,3 +415,209 @@ def _dot_general_transpose(ct, x, y, *, dimension_numbers):
 
 
 transpose_rules[lax.dot_general_p] = _dot_general_transpose
+
+
+# --- Rules of the NumPy-subset primitives ---------------------------------------------------
+
+def _mask(pred, like):
+  """A boolean as 1/0 in the dtype (and weak type) of `like`."""
+  aval = get_aval(like)
+  return lax.convert_element_type(pred, aval.dtype, aval.weak_type)
+
+
+def _full(x, like):
+  """`x` broadcast to the shape of `like` (a rank-0 operand may stand for all)."""
+  return _scalar_broadcast(x, like)
+
+
+def _min_jvp(primals, tangents):
+  (x, y), (x_dot, y_dot) = primals, tangents
+  out = lax.min(x, y)
+  lt, gt = _mask(lax.less(x, y), out), _mask(lax.greater(x, y), out)
+  half_eq = lax.mul(0.5, lax.sub(lax.sub(1., gt), lt))   # ties split the tangent
+  t = Zero.from_value(out)
+  if type(x_dot) is not Zero:
+    t = add_tangents(t, lax.mul(_full(x_dot, out), lax.add(lt, half_eq)))
+  if type(y_dot) is not Zero:
+    t = add_tangents(t, lax.mul(_full(y_dot, out), lax.add(gt, half_eq)))
+  return out, t
+
+
+jvp_rules[lax.min_p] = _min_jvp
+
+
+def _pow_jvp(primals, tangents):
+  # d(x^y)/dx = y x^(y-1), taken as 0 where y == 0 (so 0^0 has slope 0);
+  # d(x^y)/dy = log(x) x^y, taken as 0 where x == 0. As in JAX.
+  (x, y), (x_dot, y_dot) = primals, tangents
+  out = lax.pow(x, y)
+  t = Zero.from_value(out)
+  if type(x_dot) is not Zero:
+    y_minus_1 = lax.add(lax.sub(y, 1.), _mask(lax.eq(y, 0.), y))
+    t = add_tangents(t, lax.mul(_full(x_dot, out), _full(lax.mul(y, lax.pow(x, y_minus_1)), out)))
+  if type(y_dot) is not Zero:
+    log_x = lax.log(lax.add(x, _mask(lax.eq(x, 0.), x)))
+    t = add_tangents(t, lax.mul(_full(y_dot, out), lax.mul(log_x, out)))
+  return out, t
+
+
+jvp_rules[lax.pow_p] = _pow_jvp
+
+
+def _integer_pow_jvp(primals, tangents, *, y):
+  (x,), (x_dot,) = primals, tangents
+  out = lax.integer_pow(x, y)
+  if y == 0:
+    return out, Zero.from_value(out)
+  slope = lax.mul(float(y), lax.integer_pow(x, y - 1)) if y != 1 else 1.
+  return out, lax.mul(x_dot, slope)
+
+
+jvp_rules[lax.integer_pow_p] = _integer_pow_jvp
+
+
+def _trunc(q):
+  """Round toward zero: sign(q) * floor(|q|)."""
+  return lax.mul(lax.sign(q), lax.floor(lax.abs(q)))
+
+
+# rem(x, y) = x - y * trunc(x / y), and trunc is flat.
+jvp_rules[lax.rem_p] = partials_jvp(
+    lax.rem_p, lambda x_dot, x, y: _full(x_dot, lax.rem(x, y)),
+    lambda y_dot, x, y: lax.mul(lax.neg(_full(y_dot, lax.rem(x, y))), _trunc(lax.div(x, y))))
+
+
+# abs: the slope at 0 is 1, as in JAX (x >= 0 takes the + branch).
+jvp_rules[lax.abs_p] = partials_jvp(lax.abs_p, lambda x_dot, x: lax.mul(
+    x_dot, lax.sub(lax.mul(2., _mask(lax.greater_equal(x, 0.), x)), 1.)))
+jvp_rules[lax.sqrt_p] = partials_jvp(
+    lax.sqrt_p, lambda x_dot, x: lax.div(x_dot, lax.mul(2., lax.sqrt(x))))
+jvp_rules[lax.rsqrt_p] = partials_jvp(lax.rsqrt_p, lambda x_dot, x: lax.mul(
+    x_dot, lax.div(lax.mul(-0.5, lax.rsqrt(x)), x)))
+for _p in (lax.sign_p, lax.floor_p, lax.round_p, lax.stop_gradient_p, lax.and_p,
+           lax.or_p, lax.xor_p, lax.not_p, lax.argmax_p, lax.argmin_p):
+  jvp_rules[_p] = zero_jvp(_p)
+
+
+def _reduce_min_jvp(primals, tangents, *, axes):
+  (x,), (x_dot,) = primals, tangents
+  out = lax.reduce_min(x, axes)
+  is_min = _mask(lax.less_equal(x, lax.broadcast(out, np.shape(x), axes)), x)
+  counts = lax.broadcast(lax.reduce_sum(is_min, axes), np.shape(x), axes)
+  return out, lax.reduce_sum(lax.div(lax.mul(x_dot, is_min), counts), axes)
+
+
+jvp_rules[lax.reduce_min_p] = _reduce_min_jvp
+
+
+def _reduce_prod_jvp(primals, tangents, *, axes):
+  # The slope for x_i is the product of the other elements. Dividing the
+  # product by x_i fails at zeros, so zeros are replaced by ones first: with
+  # no zero the slope is prod/x_i, with one zero only that element has a
+  # slope (the product of the rest), with two or more every slope is 0.
+  (x,), (x_dot,) = primals, tangents
+  out = lax.reduce_prod(x, axes)
+  back = lambda v: lax.broadcast(v, np.shape(x), axes)
+  is0 = _mask(lax.eq(x, 0.), x)
+  nonzero = lax.add(x, is0)
+  prod_nz = back(lax.reduce_prod(nonzero, axes))
+  zeros = back(lax.reduce_sum(is0, axes))
+  slope = lax.add(lax.mul(_mask(lax.eq(zeros, 0.), x), lax.div(prod_nz, nonzero)),
+                  lax.mul(lax.mul(_mask(lax.eq(zeros, 1.), x), is0), prod_nz))
+  return out, lax.reduce_sum(lax.mul(x_dot, slope), axes)
+
+
+jvp_rules[lax.reduce_prod_p] = _reduce_prod_jvp
+for _p in (lax.cumsum_p, lax.concatenate_p, lax.pad_p, lax.slice_p):
+  jvp_rules[_p] = linear_jvp(_p)
+
+
+def _dynamic_slice_jvp(primals, tangents, *, slice_sizes):
+  x, *starts = primals
+  out = lax.dynamic_slice_p.bind(x, *starts, slice_sizes=slice_sizes)
+  x_dot = tangents[0]
+  if type(x_dot) is Zero:
+    return out, Zero.from_value(out)
+  return out, lax.dynamic_slice_p.bind(x_dot, *starts, slice_sizes=slice_sizes)
+
+
+def _dynamic_update_slice_jvp(primals, tangents):
+  x, update, *starts = primals
+  out = lax.dynamic_update_slice_p.bind(x, update, *starts)
+  if type(tangents[0]) is Zero and type(tangents[1]) is Zero:
+    return out, Zero.from_value(out)
+  t_x, t_u = (instantiate_zeros(t) for t in tangents[:2])
+  return out, lax.dynamic_update_slice_p.bind(t_x, t_u, *starts)
+
+
+jvp_rules[lax.dynamic_slice_p] = _dynamic_slice_jvp
+jvp_rules[lax.dynamic_update_slice_p] = _dynamic_update_slice_jvp
+
+
+def _ct_aval(x):
+  return x.aval if is_undefined_primal(x) else get_aval(x)
+
+
+transpose_rules[lax.cumsum_p] = lambda ct, x, *, axis, reverse: [
+    lax.cumsum(ct, axis, not reverse)]
+
+
+def _concatenate_transpose(ct, *xs, dimension):
+  cts, start = [], 0
+  for x in xs:
+    shape = _ct_aval(x).shape
+    stop = start + shape[dimension]
+    if is_undefined_primal(x):
+      lo = [0] * len(shape)
+      lo[dimension] = start
+      hi = list(np.shape(ct))
+      hi[dimension] = stop
+      cts.append(lax.slice(ct, lo, hi))
+    else:
+      cts.append(None)
+    start = stop
+  return cts
+
+
+transpose_rules[lax.concatenate_p] = _concatenate_transpose
+
+
+def _pad_transpose(ct, x, padding_value, *, padding_config):
+  # Undo the edges (a negative edge was a cut: pad it back with zeros), then
+  # keep every (interior + 1)-th element.
+  unpadded = lax.pad(ct, np.zeros((), np.result_type(ct)), [(-lo, -hi, 0) for lo, hi, _ in padding_config])
+  ct_x = lax.slice(unpadded, [0] * np.ndim(ct), np.shape(unpadded),
+                   [mid + 1 for _, _, mid in padding_config])
+  ct_v = None
+  if is_undefined_primal(padding_value):
+    ct_v = lax.sub(lax.reduce_sum(ct, None), lax.reduce_sum(ct_x, None))
+  return [ct_x if is_undefined_primal(x) else None, ct_v]
+
+
+def _slice_transpose(ct, x, *, start_indices, limit_indices, strides):
+  shape = x.aval.shape
+  ends = [a + (n - 1) * s + 1 if n else a
+          for a, n, s in zip(start_indices, np.shape(ct), strides)]
+  config = [(a, d - e, s - 1) for a, e, d, s in zip(start_indices, ends, shape, strides)]
+  return [lax.pad(ct, np.zeros((), np.result_type(ct)), config)]
+
+
+transpose_rules[lax.pad_p] = _pad_transpose
+transpose_rules[lax.slice_p] = _slice_transpose
+
+
+def _dynamic_slice_transpose(ct, x, *starts, slice_sizes):
+  zeros = zeros_like_aval(x.aval)
+  return [lax.dynamic_update_slice_p.bind(zeros, ct, *starts)] + [None] * len(starts)
+
+
+def _dynamic_update_slice_transpose(ct, x, update, *starts):
+  u_aval = _ct_aval(update)
+  ct_x = lax.dynamic_update_slice_p.bind(ct, zeros_like_aval(u_aval), *starts)
+  ct_u = lax.dynamic_slice_p.bind(ct, *starts, slice_sizes=u_aval.shape)
+  return [ct_x if is_undefined_primal(x) else None,
+          ct_u if is_undefined_primal(update) else None] + [None] * len(starts)
+
+
+transpose_rules[lax.dynamic_slice_p] = _dynamic_slice_transpose
+transpose_rules[lax.dynamic_update_slice_p] = _dynamic_update_slice_transpose

@@ -74,7 +74,11 @@ def vmap(fun, in_axes=0, out_axes=0):
   `in_axes` is an int, None (don't map), or a tuple with one entry per
   positional argument, each itself an int/None or a pytree prefix of it.
   """
-  def batched_fun(*args):
+  def batched_fun(*args, **kwargs):
+    if kwargs:   # keyword arguments are mapped over axis 0, as in JAX
+      return vmap(lambda a, kw: fun(*a, **kw), in_axes=(
+          tuple(in_axes) if isinstance(in_axes, (tuple, list)) else in_axes, 0),
+          out_axes=out_axes)(args, kwargs)
     axes = tuple(in_axes) if isinstance(in_axes, list) else in_axes
     if isinstance(axes, tuple) and len(axes) != len(args):
       raise TransformationError(
@@ -159,41 +163,51 @@ def jacfwd(fun, argnums=0):
   For input leaves x_j and output leaves y_i, the result holds arrays of shape
   y_i.shape + x_j.shape, arranged as the output tree of input trees.
   """
-  def jacfun(*args):
-    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
-    dyn = args[nums[0]] if isinstance(argnums, int) else tuple(args[i] for i in nums)
-
-    def f_dyn(d):
-      full = list(args)
-      for i, v in zip(nums, (d,) if isinstance(argnums, int) else d):
-        full[i] = v
-      return fun(*full)
-
-    x_flat, x_tree = tree_flatten(dyn)
+  def jacfun(*args, **kwargs):
+    f, x = _partial_argnums(fun, args, argnums, kwargs)
+    x_flat, x_tree = tree_flatten(x)
     _check_arrays("jacfwd", x_flat)
-    columns = []   # per input leaf: the output tree, each leaf out.shape + (n_j,)
-    for j, x in enumerate(x_flat):
-      n = int(np.size(x))
-      dtype = np.result_type(x) if np.issubdtype(np.result_type(x), np.inexact) else np.float64
 
-      def pushfwd(v, j=j, x=x):
-        tangents = [np.zeros(np.shape(xk), dtype) for xk in x_flat]
-        tangents[j] = v.reshape(np.shape(x)) if isinstance(v, Tracer) else np.reshape(v, np.shape(x))
-        return jvp(f_dyn, (dyn,), (tree_unflatten(x_tree, tangents),))[1]
+    def pushfwd(j, direction):   # the outputs' tangent along a direction of leaf j
+      tangents = [np.zeros(np.shape(xk), _tangent_dtype(xk)) for xk in x_flat]
+      tangents[j] = _reshape(direction, np.shape(x_flat[j]))
+      return jvp(f, (x,), (tree_unflatten(x_tree, tangents),))[1]
 
-      columns.append(vmap(pushfwd, out_axes=-1)(np.eye(n, dtype=dtype)))
-    out_flat_cols = [tree_flatten(c) for c in columns]
-    out_tree = out_flat_cols[0][1]
-    blocks = []
-    for i in range(out_tree.num_leaves):
-      per_input = []
-      for j, x in enumerate(x_flat):
-        col = out_flat_cols[j][0][i]
-        out_shape = np.shape(col)[:-1]
-        per_input.append(_reshape(col, out_shape + np.shape(x)))
-      blocks.append(tree_unflatten(x_tree, per_input))
-    return tree_unflatten(out_tree, blocks)
+    # All directions of leaf j at once: the rows of an identity matrix.
+    columns = [vmap(lambda v, j=j: pushfwd(j, v), out_axes=-1)(
+        np.eye(np.size(xj), dtype=_tangent_dtype(xj))) for j, xj in enumerate(x_flat)]
+    return _jacobian_tree(columns, x_flat, x_tree)
   return jacfun
+
+
+def _partial_argnums(fun, args, argnums, kwargs):
+  """`fun` as a function of the arguments `argnums` picks (one, or a tuple of
+  them), the others fixed to `args` and `kwargs`; and the picked arguments' values."""
+  nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+
+  def f(picked):
+    full = list(args)
+    for i, v in zip(nums, (picked,) if isinstance(argnums, int) else picked):
+      full[i] = v
+    return fun(*full, **kwargs)
+  return f, (args[argnums] if isinstance(argnums, int) else tuple(args[i] for i in nums))
+
+
+def _tangent_dtype(x):
+  dtype = np.result_type(x)
+  return dtype if np.issubdtype(dtype, np.inexact) else np.dtype(np.float64)
+
+
+def _jacobian_tree(columns, x_flat, x_tree):
+  """`columns[j]` is the output tree for input leaf j, each leaf of shape
+  y.shape + (x_j.size,). Regroup it as the output tree of input trees, each
+  block of shape y.shape + x_j.shape."""
+  cols_flat = [tree_flatten(c)[0] for c in columns]
+  out_tree = tree_flatten(columns[0])[1]
+  blocks = [tree_unflatten(x_tree, [_reshape(col[i], np.shape(col[i])[:-1] + np.shape(xj))
+                                    for col, xj in zip(cols_flat, x_flat)])
+            for i in range(out_tree.num_leaves)]
+  return tree_unflatten(out_tree, blocks)
 
 
 def _reshape(x, shape):
@@ -211,32 +225,38 @@ def make_jaxpr(fun, static_argnums=()):
   """
   static = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
 
-  def make(*args):
-    fun_dyn, dyn_args = _split_static(fun, args, static)
+  def make(*args, **kwargs):
+    fun_dyn, dyn_args, _ = split_static(fun, args, static, kwargs)
     args_flat, in_tree = tree_flatten(dyn_args)
-    in_avals = [_abstractify(x) for x in args_flat]
+    in_avals = [shaped_abstractify(x) for x in args_flat]
     flat_fun, _ = flatten_fun(fun_dyn, in_tree)
     return trace_to_closed_jaxpr(flat_fun, in_avals)
   make.__name__ = f"make_jaxpr({getattr(fun, '__name__', 'fun')})"
   return make
 
 
-def _split_static(fun, args, static):
-  """A function of the non-static arguments only, with the static ones bound."""
-  for i in static:
-    if not -len(args) <= i < len(args):
-      raise TransformationError(
-          f"static_argnums={static} but the function got {len(args)} arguments")
-  static = {i % len(args) for i in static}
+def split_static(fun, args, static, kwargs=None, static_names=()):
+  """A function of the non-static arguments only, with the static ones bound;
+  the traced arguments; and the static values. Keyword arguments not named
+  in `static_names` are traced, as one more argument: a dict."""
+  kwargs = kwargs or {}
+  if not kwargs and any(not -len(args) <= i < len(args) for i in static):
+    raise TransformationError(
+        f"static_argnums={tuple(static)} but the function got {len(args)} arguments")
+  static = {i % len(args) for i in static if -len(args) <= i < len(args)}
+  static_kw = {k: v for k, v in kwargs.items() if k in static_names}
+  dyn_kw = {k: v for k, v in kwargs.items() if k not in static_names}
   dyn_args = tuple(a for i, a in enumerate(args) if i not in static)
 
   def fun_dyn(*dyn):
     it = iter(dyn)
-    return fun(*(args[i] if i in static else next(it) for i in range(len(args))))
-  return fun_dyn, dyn_args
+    pos = [args[i] if i in static else next(it) for i in range(len(args))]
+    return fun(*pos, **static_kw, **(next(it) if dyn_kw else {}))
+  statics = (*(args[i] for i in sorted(static)), *sorted(static_kw.items()))
+  return fun_dyn, dyn_args + ((dyn_kw,) if dyn_kw else ()), statics
 
 
-def _abstractify(x):
+def shaped_abstractify(x):
   """The abstract value a traced argument stands for (never concrete)."""
   if isinstance(x, ShapedArray) or (
       hasattr(x, "shape") and hasattr(x, "dtype") and type(x) not in array_types
@@ -287,6 +307,12 @@ def linearize(fun, *primals):
     tangents_flat, tree2 = tree_flatten(tangents)
     if tree2 != in_tree:
       raise TreeMismatchError("linearize: tangents", in_tree, tree2)
+    for p, t in zip(primals_flat, tangents_flat):
+      want, got = _tangent_aval(p), get_aval(t)
+      if got.shape != want.shape or (type(t) not in (bool, int, float) and got.dtype != want.dtype):
+        raise TransformationError(
+            f"linearize: each tangent must have its primal's shape and dtype; got "
+            f"a tangent {got.str_short()} for a primal {want.str_short()}.")
     return tree_unflatten(out_tree, eval_jaxpr(jaxpr, consts, *tangents_flat))
   f_lin.jaxpr = ClosedJaxpr(jaxpr, consts)
   return tree_unflatten(out_tree, primals_out), f_lin
@@ -347,8 +373,11 @@ def vjp(fun, *primals, has_aux=False):
 
 
 def value_and_grad(fun, argnums=0, has_aux=False):
-  """The value of `fun` and its gradient with respect to argument(s) `argnums`."""
-  def value_and_grad_fun(*args):
+  """The value of `fun` and its gradient with respect to argument(s) `argnums`.
+  Keyword arguments are passed through, not differentiated (as in JAX)."""
+  def value_and_grad_fun(*args, **kwargs):
+    if kwargs:
+      return value_and_grad(lambda *a: fun(*a, **kwargs), argnums, has_aux)(*args)
     nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
     for i in nums:
       if not -len(args) <= i < len(args):
@@ -388,15 +417,16 @@ def grad(fun, argnums=0, has_aux=False):
   """The gradient of scalar-valued `fun` with respect to argument(s) `argnums`."""
   vg = value_and_grad(fun, argnums, has_aux)
 
-  def grad_fun(*args):
-    (value, aux), g = vg(*args) if has_aux else ((None, None), vg(*args)[1])
+  def grad_fun(*args, **kwargs):
+    (value, aux), g = vg(*args, **kwargs) if has_aux else ((None, None), vg(*args, **kwargs)[1])
     return (g, aux) if has_aux else g
   return grad_fun
 
 
 def jacrev(fun, argnums=0):
-  """The Jacobian by reverse mode: one vjp per output direction, vmapped."""
-  def jacfun(*args):
+  """The Jacobian by reverse mode: one vjp per output direction, vmapped.
+  Like jacfwd's, the result is the output tree of input trees."""
+  def jacfun(*args, **kwargs):
     nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
     dyn = tuple(args[i] for i in nums)
 
@@ -404,19 +434,27 @@ def jacrev(fun, argnums=0):
       full = list(args)
       for i, v in zip(nums, d):
         full[i] = v
-      return fun(*full)
+      return fun(*full, **kwargs)
 
     y, f_vjp = vjp(f_dyn, *dyn)
     y_flat, y_tree = tree_flatten(y)
-    if len(y_flat) != 1:
-      raise TransformationError("jacrev: this autodidax version supports one array output")
-    (y,) = y_flat
-    n = int(np.size(y))
-    dtype = np.result_type(get_aval(y).dtype)
-    basis = np.eye(n, dtype=dtype).reshape((n, *np.shape(y)))
-    cols = vmap(f_vjp)(basis)              # per input leaf: (n, *x.shape)
-    cols_flat, cols_tree = tree_flatten(cols)
-    cols = tree_unflatten(cols_tree, [_reshape(c, (*np.shape(y), *np.shape(x)))
-                                      for c, x in zip(cols_flat, tree_flatten(dyn)[0])])
-    return cols[0] if isinstance(argnums, int) else tuple(cols)
+    x_flat = tree_flatten(dyn)[0]
+    blocks = []
+    for i, yi in enumerate(y_flat):   # one vmapped vjp per output leaf
+      n = int(np.size(yi))
+      dtype = np.result_type(get_aval(yi).dtype)
+      basis = [np.zeros((n, *np.shape(yk)), np.result_type(get_aval(yk).dtype))
+               for yk in y_flat]
+      basis[i] = np.eye(n, dtype=dtype).reshape((n, *np.shape(yi)))
+      cols = vmap(lambda ct: f_vjp(tree_unflatten(y_tree, ct)))(basis)
+      cols_flat, cols_tree = tree_flatten(cols)
+      blocks.append(tree_unflatten(cols_tree, [
+          _reshape(c, (*np.shape(yi), *np.shape(x))) for c, x in zip(cols_flat, x_flat)]))
+    per_leaf = [b[0] if isinstance(argnums, int) else tuple(b) for b in blocks]
+    return tree_unflatten(y_tree, per_leaf)
   return jacfun
+
+
+def hessian(fun, argnums=0):
+  """The matrix of second derivatives: forward over reverse, as in JAX."""
+  return jacfwd(jacrev(fun, argnums), argnums)

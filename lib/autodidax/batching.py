@@ -27,47 +27,41 @@ not_mapped = NotMapped()
 
 
 def mapped_aval(batch_dim: int, aval) -> ShapedArray:
-  shape = list(aval.shape)
-  del shape[batch_dim]
-  return ShapedArray(tuple(shape), aval.dtype)
+  """The type of one element of the batch: `aval` without its batch axis."""
+  return ShapedArray(aval.shape[:batch_dim] + aval.shape[batch_dim + 1:], aval.dtype,
+                     aval.weak_type)
 
 
 def moveaxis(x, src: int, dst: int):
   """Move axis `src` of `x` to position `dst`, with a transpose primitive."""
-  perm = [i for i in range(np.ndim(x)) if i != src]
-  perm.insert(dst, src)
-  return lax.transpose(x, perm)
+  order = list(range(np.ndim(x)))
+  order.insert(dst, order.pop(src))
+  return lax.transpose(x, order)
 
 
 def move_batch_axis(axis_size: int, src, dst: int, x):
   """Put the batch axis of `x` at `dst`, materializing it if `x` is unmapped."""
   if src is not_mapped:
-    shape = list(np.shape(x))
-    shape.insert(dst, axis_size)
-    return lax.broadcast(x, shape, [dst])
-  if src == dst:
-    return x
-  return moveaxis(x, src, dst)
+    shape = np.shape(x)
+    return lax.broadcast(x, (*shape[:dst], axis_size, *shape[dst:]), [dst])
+  return x if src == dst else moveaxis(x, src, dst)
 
 
 class BatchTracer(Tracer):
+  """A batch of values stacked along `batch_dim`, or, when that is
+  `not_mapped`, one value that every element of the batch shares."""
   __slots__ = ["val", "batch_dim"]
 
   def __init__(self, trace, val, batch_dim):
-    self._trace = trace
-    self.val = val
-    self.batch_dim = batch_dim
+    self._trace, self.val, self.batch_dim = trace, val, batch_dim
 
   @property
   def aval(self):
-    if self.batch_dim is not_mapped:
-      return get_aval(self.val)
-    return mapped_aval(self.batch_dim, get_aval(self.val))
+    aval = get_aval(self.val)
+    return aval if self.batch_dim is not_mapped else mapped_aval(self.batch_dim, aval)
 
-  def full_lower(self):
-    if self.batch_dim is not_mapped:   # the same for every element: unbox
-      return full_lower(self.val)
-    return self
+  def full_lower(self):   # a value shared by the whole batch needs no box
+    return full_lower(self.val) if self.batch_dim is not_mapped else self
 
 
 class BatchTrace(Trace):
@@ -98,18 +92,16 @@ vmap_rules = RuleTable(
 
 
 def vmap_flat(f, in_axes, *args):
-  """vmap of `f` over flat lists; `in_axes[i]` is an int or `not_mapped`."""
+  """vmap of `f` over flat lists; `in_axes[i]` is an int or `not_mapped`.
+  Returns the outputs, the batch axis of each, and the batch size."""
   sizes = {np.shape(x)[ax] for x, ax in zip(args, in_axes) if ax is not not_mapped}
   assert len(sizes) == 1, "api.vmap checks sizes before calling vmap_flat"
   axis_size, = sizes
   with new_main(BatchTrace, axis_size) as main:
     trace = BatchTrace(main)
-    tracers_in = [BatchTracer(trace, x, ax) if ax is not not_mapped else x
-                  for x, ax in zip(args, in_axes)]
-    outs = f(*tracers_in)
-    tracers_out = [full_raise(trace, out) for out in outs]
-    vals_out, bdims_out = unzip2((t.val, t.batch_dim) for t in tracers_out)
-  return vals_out, bdims_out, axis_size
+    boxed = [x if ax is not_mapped else BatchTracer(trace, x, ax) for x, ax in zip(args, in_axes)]
+    outs = [full_raise(trace, y) for y in f(*boxed)]
+  return [t.val for t in outs], [t.batch_dim for t in outs], axis_size
 
 
 # --- Rules ---------------------------------------------------------------------------------
@@ -215,3 +207,57 @@ def _dot_general_rule(axis_size, vals_in, dims_in, *, dimension_numbers):
 
 
 vmap_rules[lax.dot_general_p] = _dot_general_rule
+
+
+# --- Rules of the NumPy-subset primitives ---------------------------------------------------
+
+for _p in (lax.integer_pow_p, lax.round_p):
+  vmap_rules[_p] = lambda *a, _p=_p, **kw: _vectorized_unop_rule(_p, *a, **kw)
+vmap_rules[lax.reduce_min_p] = lambda *a, **kw: _reduce_rule(lax.reduce_min_p, *a, **kw)
+vmap_rules[lax.reduce_prod_p] = lambda *a, **kw: _reduce_rule(lax.reduce_prod_p, *a, **kw)
+
+
+def _arg_reduce_rule(prim, axis_size, vals_in, dims_in, *, axes, index_dtype):
+  (x,), (x_bdim,) = vals_in, dims_in
+  x = move_batch_axis(axis_size, x_bdim, 0, x)
+  return prim.bind(x, axes=(axes[0] + 1,), index_dtype=index_dtype), 0
+
+
+def _cumsum_rule(axis_size, vals_in, dims_in, *, axis, reverse):
+  (x,), (x_bdim,) = vals_in, dims_in
+  x = move_batch_axis(axis_size, x_bdim, 0, x)
+  return lax.cumsum(x, axis + 1, reverse), 0
+
+
+def _concatenate_rule(axis_size, vals_in, dims_in, *, dimension):
+  xs = [move_batch_axis(axis_size, d, 0, x) for x, d in zip(vals_in, dims_in)]
+  return lax.concatenate(xs, dimension + 1), 0
+
+
+def _pad_rule(axis_size, vals_in, dims_in, *, padding_config):
+  (x, value), (x_bdim, v_bdim) = vals_in, dims_in
+  x = move_batch_axis(axis_size, x_bdim, 0, x)
+  config = [(0, 0, 0), *padding_config]
+  if v_bdim is not_mapped:
+    return lax.pad(x, value, config), 0
+  # One padding value per element: pad with 0, then add value * (1 where padded).
+  dtype = np.result_type(get_aval(x).dtype)
+  padded = lax.pad(x, np.zeros((), dtype), config)
+  where_pad = lax.pad(np.zeros(np.shape(x), dtype), np.ones((), dtype), config)
+  value = move_batch_axis(axis_size, v_bdim, 0, value)
+  value = lax.broadcast(value, np.shape(padded), range(1, len(config)))
+  return lax.add(padded, lax.mul(where_pad, value)), 0
+
+
+def _slice_rule(axis_size, vals_in, dims_in, *, start_indices, limit_indices, strides):
+  (x,), (x_bdim,) = vals_in, dims_in
+  x = move_batch_axis(axis_size, x_bdim, 0, x)
+  return lax.slice(x, (0, *start_indices), (axis_size, *limit_indices), (1, *strides)), 0
+
+
+vmap_rules[lax.argmax_p] = lambda *a, **kw: _arg_reduce_rule(lax.argmax_p, *a, **kw)
+vmap_rules[lax.argmin_p] = lambda *a, **kw: _arg_reduce_rule(lax.argmin_p, *a, **kw)
+vmap_rules[lax.cumsum_p] = _cumsum_rule
+vmap_rules[lax.concatenate_p] = _concatenate_rule
+vmap_rules[lax.pad_p] = _pad_rule
+vmap_rules[lax.slice_p] = _slice_rule

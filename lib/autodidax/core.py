@@ -19,20 +19,23 @@ class Primitive:
   """An atomic operation. Transformations interpret it through rule tables.
 
   User code calls thin wrappers (`autodidax.lax.sin`) that call `bind`; the
-  interpreters decide what a `bind` means. Defining a new primitive works as
-  in JAX, and fills the same tables the built-in primitives use:
+  interpreters decide what a `bind` means. A new primitive fills the same
+  tables the built-in primitives use, each the same way, `table[prim] = rule`:
 
       multiply_add_p = Primitive("multiply_add")   # multiple_results=False
       def multiply_add(x, y, z):                   # operands positional,
         return multiply_add_p.bind(x, y, z)        # static params as keywords
 
-      multiply_add_p.def_impl(impl)                # impl(x, y, z) on arrays
-      multiply_add_p.def_abstract_eval(aeval)      # aeval(ShapedArray, ...)
+      core.impl_rules[multiply_add_p] = impl       # impl(x, y, z) on arrays
+      core.abstract_eval_rules[multiply_add_p] = aeval  # aeval(ShapedArray, ...)
       ad.jvp_rules[multiply_add_p] = jvp           # jvp(primals, tangents)
-      # or ad.defjvp(multiply_add_p, jvp_x, jvp_y, jvp_z)
       ad.transpose_rules[multiply_add_p] = transpose  # (ct, *UndefPrimal|value)
       batching.vmap_rules[multiply_add_p] = batch  # (axis_size, vals, dims)
-      lowering.register_lowering(multiply_add_p, lower)  # (ctx, *ssa_names)
+      lowering.lowering_rules[multiply_add_p] = lower  # (ctx, *ssa_names)
+
+  JAX spells three of these `multiply_add_p.def_impl(impl)`,
+  `multiply_add_p.def_abstract_eval(aeval)` and
+  `mlir.register_lowering(multiply_add_p, lower)`; those spellings work here too.
 
   Each rule is needed only by the transformations that use it: eager
   evaluation needs the impl; `jit` and `make_jaxpr` the abstract eval; `jit`
@@ -52,10 +55,10 @@ class Primitive:
     return self.name
 
   def bind(self, *args, **params):
-    outs = bind(self, *args, **params)
+    outs = fast_bind(self, args, params)   # `bind` below, with a shortcut
     return outs if self.multiple_results else outs[0]
 
-  # JAX-style registration, feeding the same tables the built-ins use.
+  # JAX's spellings of `impl_rules[prim] = rule` and `abstract_eval_rules[...]`.
   def def_impl(self, rule):
     impl_rules[self] = rule
     return rule
@@ -102,16 +105,19 @@ class RuleTable(dict):
 
 
 impl_rules = RuleTable(
-    "Evaluation", "Register one with `prim.def_impl(rule)`.")
+    "Evaluation", "Register one with `core.impl_rules[prim] = rule` "
+    "(or, as in JAX, `prim.def_impl(rule)`).")
 abstract_eval_rules = RuleTable(
-    "Abstract evaluation", "Register one with `prim.def_abstract_eval(rule)`.")
+    "Abstract evaluation", "Register one with `core.abstract_eval_rules[prim] = rule` "
+    "(or, as in JAX, `prim.def_abstract_eval(rule)`).")
 
 
 # --- Abstract values ----------------------------------------------------------
 
 _DTYPE_SHORT = {"float16": "f16", "float32": "f32", "float64": "f64",
                 "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
-                "uint8": "u8", "uint32": "u32", "bool": "bool"}
+                "uint8": "u8", "uint16": "u16", "uint32": "u32", "uint64": "u64",
+                "complex64": "c64", "complex128": "c128", "bool": "bool"}
 
 
 def dtype_short(dtype) -> str:
@@ -124,7 +130,6 @@ class ShapedArray:
   `weak_type` marks values that came from Python scalars: like JAX, they adopt
   the dtype of the array they meet (`x * 2.` keeps x's float32).
   """
-  array_abstraction_level = 1
 
   def __init__(self, shape, dtype, weak_type: bool = False):
     self.shape = tuple(shape)
@@ -159,13 +164,11 @@ class ShapedArray:
 
 class ConcreteArray(ShapedArray):
   """The singleton set holding one known array."""
-  array_abstraction_level = 2
 
   def __init__(self, val):
+    weak = type(val) in _PY_SCALARS or getattr(val, "weak_type", False)
+    self.shape, self.dtype, self.weak_type = np.shape(val), np.result_type(val), weak
     self.val = val
-    self.shape = np.shape(val)
-    self.dtype = np.result_type(val)
-    self.weak_type = type(val) in _PY_SCALARS or getattr(val, "weak_type", False)
 
   def _bool(self, tracer):
     return bool(self.val)
@@ -187,7 +190,7 @@ def raise_to_shaped(aval: ShapedArray) -> ShapedArray:
 # Types that are arrays for us, besides Tracers. Later parts add device arrays.
 array_types: set = {bool, int, float, np.ndarray, np.bool_, np.float16,
                     np.float32, np.float64, np.int8, np.int16, np.int32,
-                    np.int64, np.uint8, np.uint32}
+                    np.int64, np.uint8, np.uint16, np.uint32, np.uint64}
 
 
 def is_array(x) -> bool:
@@ -213,12 +216,12 @@ class UnsupportedTypeError(TypeError):
 
 
 class ConcretizationError(TypeError):
-  def __init__(self, tracer):
+  def __init__(self, tracer, what: str = "a bool or an index"):
     trace = tracer._trace.main.trace_type.__name__
     super().__init__(
-        f"A value traced by {trace} has no concrete value here (it is "
-        f"{tracer.aval.str_short()}), so Python can't turn it into a bool or "
-        "an index. This happens with `if x > 0:` or `while` on a traced value. "
+        f"A tracer (a value traced by {trace}) has no concrete value here (it is "
+        f"{tracer.aval.str_short()}), so Python can't turn it into {what}. "
+        "This happens with `if x > 0:`, `while`, or float(x) on a traced value. "
         "For a data-dependent choice compute both branches and blend them with "
         "a mask, e.g. `m = (x > 0).astype(x.dtype); m * a + (1 - m) * b`, or "
         "keep the value out of the transformation (for vmap: in_axes=None).")
@@ -275,6 +278,11 @@ class Trace:
     return f"{type(self).__name__}(level={main.level}{'' if live else ', finished'})"
 
 
+def aval_property(field: str) -> property:
+  """A read-only attribute read from `self.aval` (a tracer's shape, dtype, ...)."""
+  return property(operator.attrgetter(f"aval.{field}"))
+
+
 class Tracer:
   """A boxed value flowing through a function under transformation.
 
@@ -288,13 +296,10 @@ class Tracer:
   def aval(self) -> ShapedArray:
     raise NotImplementedError
 
-  def full_lower(self):
-    return self
+  shape, dtype, ndim, size = map(aval_property, ("shape", "dtype", "ndim", "size"))
 
-  shape = property(lambda self: self.aval.shape)
-  dtype = property(lambda self: self.aval.dtype)
-  ndim = property(lambda self: self.aval.ndim)
-  size = property(lambda self: self.aval.size)
+  def full_lower(self):   # the default: keep the box
+    return self
 
   def __bool__(self):
     return self.aval._bool(self)
@@ -303,6 +308,19 @@ class Tracer:
     if not self.shape:
       raise TypeError("len() of a 0-d (scalar) tracer")
     return self.shape[0]
+
+  def _concrete(self, what: str):
+    """The value, where the interpreter knows it (e.g. under grad or jvp)."""
+    if isinstance(self.aval, ConcreteArray):
+      return np.asarray(self.aval.val)
+    raise ConcretizationError(self, what)
+
+  __int__ = lambda self: int(self._concrete("a Python int"))
+  __float__ = lambda self: float(self._concrete("a Python float"))
+  __complex__ = lambda self: complex(self._concrete("a Python complex"))
+  __index__ = lambda self: operator.index(self._concrete("an index")[()])
+  item = lambda self: self._concrete("a Python scalar (.item())").item()
+  tolist = lambda self: self._concrete("a Python list (.tolist())").tolist()
 
   def __array__(self, dtype=None, copy=None):
     raise TypeError(
@@ -353,62 +371,49 @@ bind_handler: Optional[Callable] = None
 
 def bind(prim: Primitive, *args, **params) -> list:
   """Apply `prim`: the top interpreter among the arguments handles it."""
-  if bind_handler is not None:
+  if bind_handler is not None:   # the context-based design of "JAX today" (stackless.py)
     return bind_handler(prim, args, params)
-  if _bind_observers:
-    return _observed_bind(prim, args, params)
-  # Fast path, an optimization with the same result: when every argument is a
-  # plain array (no Tracer) and no dynamic trace is set, the bottom EvalTrace
-  # handles the bind, and all it does is apply the impl rule. Anything else
-  # (Tracers, unsupported types and their errors) takes the general path.
-  if dynamic_trace is None and trace_stack[0].trace_type is EvalTrace:
-    for arg in args:
-      if type(arg) not in array_types:
-        break
-    else:
-      out = impl_rules[prim](*args, **params)
-      return out if prim.multiple_results else [out]
-  top_trace = find_top_trace(args)
-  tracers = [full_raise(top_trace, arg) for arg in args]
-  outs = top_trace.process_primitive(prim, tracers, params)
-  return [full_lower(out) for out in outs]
+  trace = find_top_trace(args)
+  outs = trace.process_primitive(prim, [full_raise(trace, x) for x in args], params)
+  return [full_lower(y) for y in outs]
 
 
 def find_top_trace(xs) -> Trace:
   """The highest-level interpreter that boxed any of `xs` (else the bottom one)."""
-  top_main = max((x._trace.main for x in xs if isinstance(x, Tracer)),
-                 default=trace_stack[0], key=operator.attrgetter("level"))
-  if dynamic_trace and dynamic_trace.level > top_main.level:
-    top_main = dynamic_trace
-  check_live(top_main)   # a tracer whose transformation has finished can't lead
-  return top_main.trace_type(top_main)
+  main = trace_stack[0]
+  for x in xs:
+    if isinstance(x, Tracer) and x._trace.main.level > main.level:
+      main = x._trace.main
+  if dynamic_trace is not None and dynamic_trace.level > main.level:
+    main = dynamic_trace
+  check_live(main)   # a tracer whose transformation has finished can't lead
+  return main.trace_type(main)
 
 
 def full_raise(trace: Trace, val) -> Tracer:
   """Box `val` for `trace`: `pure` for constants, `lift` for lower tracers."""
-  if not isinstance(val, Tracer):
-    if type(val) not in array_types:
-      raise UnsupportedTypeError(val)
-    return trace.pure(val)
-  level = trace.main.level
-  val_main = val._trace.main
-  if val_main is trace.main:
-    return val
-  if val_main not in trace_stack:
+  if isinstance(val, Tracer):
+    here, there = trace.main, val._trace.main
+    if there is here:
+      return val
+    if there not in trace_stack:
+      raise EscapedTracerError(
+          f"Encountered an escaped tracer {val}: it belongs to a transformation "
+          "that has already finished (was it saved to a global or an outer "
+          "variable?). Return values from transformed functions instead.")
+    if there.level < here.level:
+      return trace.lift(val)
+    if there.level > here.level:
+      raise EscapedTracerError(
+          f"Can't lift a tracer from level {there.level} "
+          f"({there.trace_type.__name__}) to the lower level {here.level} "
+          f"({here.trace_type.__name__}): a value from an inner "
+          "transformation leaked into an outer one.")
     raise EscapedTracerError(
-        f"Encountered an escaped tracer {val}: it belongs to a transformation "
-        "that has already finished (was it saved to a global or an outer "
-        "variable?). Return values from transformed functions instead.")
-  if val_main.level < level:
-    return trace.lift(val)
-  if val_main.level > level:
-    raise EscapedTracerError(
-        f"Can't lift a tracer from level {val_main.level} "
-        f"({val_main.trace_type.__name__}) to the lower level {level} "
-        f"({trace.main.trace_type.__name__}): a value from an inner "
-        "transformation leaked into an outer one.")
-  raise EscapedTracerError(
-      f"Different traces at the same level: {val._trace} and {trace}.")
+        f"Different traces at the same level: {val._trace} and {trace}.")
+  if type(val) not in array_types:
+    raise UnsupportedTypeError(val)
+  return trace.pure(val)
 
 
 def full_lower(val):
@@ -433,7 +438,22 @@ class EvalTrace(Trace):
 trace_stack.append(MainTrace(0, EvalTrace, None))
 
 
-# --- Observing binds (for autodidax.viz) ---------------------------------------------
+# --- Around bind: a shortcut for eager code, and observers -------------------------------
+# Neither changes a result; Part 1 needs only `bind`.
+
+def fast_bind(prim: Primitive, args, params) -> list:
+  """`bind`, as `Primitive.bind` calls it. With plain arrays only (no Tracer)
+  and no dynamic trace, `bind` would pick EvalTrace, whose whole work is the
+  impl rule: call it directly (unless binds are being observed)."""
+  if dynamic_trace is None and not bind_observers and bind_handler is None:
+    for x in args:
+      if type(x) not in array_types:
+        break
+    else:
+      out = impl_rules[prim](*args, **params)
+      return out if prim.multiple_results else [out]
+  return bind(prim, *args, **params)
+
 
 class BindEvent:
   """One `bind`: which interpreter handled it, with what, at what nesting depth."""
@@ -448,22 +468,22 @@ class BindEvent:
             f"{self.main.trace_type.__name__} (level {self.main.level})")
 
 
-_bind_observers: list = []
+bind_observers: list = []   # callbacks, called with a BindEvent as each bind starts
 _bind_depth = 0
+_plain_bind = bind
 
 
-def _observed_bind(prim, args, params):
+def observed_bind(prim: Primitive, *args, **params) -> list:
+  """What `core.bind` is while observers are installed: the plain `bind`,
+  reporting a BindEvent to each observer before it runs."""
   global _bind_depth
-  top_trace = find_top_trace(args)
-  event = BindEvent(prim, top_trace.main, args, params, _bind_depth,
+  event = BindEvent(prim, find_top_trace(args).main, args, params, _bind_depth,
                     tuple(trace_stack))
-  for observe in list(_bind_observers):
+  for observe in list(bind_observers):
     observe(event)
   _bind_depth += 1
   try:
-    tracers = [full_raise(top_trace, arg) for arg in args]
-    outs = top_trace.process_primitive(prim, tracers, params)
-    event.outs = [full_lower(out) for out in outs]
+    event.outs = _plain_bind(prim, *args, **params)
   finally:
     _bind_depth -= 1
   return event.outs
@@ -472,9 +492,14 @@ def _observed_bind(prim, args, params):
 @contextmanager
 def observe_binds(callback):
   """Call `callback(event: BindEvent)` as each bind starts; `event.outs` is
-  filled in when it returns."""
-  _bind_observers.append(callback)
+  filled in when it returns. Meanwhile `core.bind` is `observed_bind`, so the
+  binds of `Primitive.bind` and of direct `core.bind` calls are all seen."""
+  global bind
+  bind_observers.append(callback)
+  bind = observed_bind
   try:
     yield
   finally:
-    _bind_observers.remove(callback)
+    bind_observers.remove(callback)
+    if not bind_observers:
+      bind = _plain_bind

@@ -9,12 +9,12 @@ with `bind` (so evaluating a jaxpr is itself traceable), and the printer.
 from __future__ import annotations
 
 import itertools
-from typing import NamedTuple, Union
+from typing import NamedTuple
 
 import numpy as np
 
 from .core import (MissingRuleError, Primitive, ShapedArray, abstract_eval_rules,
-                   bind, get_aval, raise_to_shaped)
+                   get_aval, raise_to_shaped)
 
 
 def as_shaped(aval) -> ShapedArray:
@@ -43,17 +43,18 @@ class Lit:
     self.aval = raise_to_shaped(get_aval(val)) if aval is None else as_shaped(aval)
 
   def __repr__(self):
-    return f"Lit({_fmt_literal(self.val)})"
+    return f"Lit({fmt_literal(self.val)})"
 
 
-Atom = Union[Var, Lit]
+Atom = Var | Lit   # what an equation reads: a variable or an inline literal
 
 
 class JaxprEqn(NamedTuple):
+  """`out_binders = primitive[params] inputs`: one primitive application."""
   primitive: Primitive
-  inputs: list          # of Atom
+  inputs: list          # Atoms
   params: dict
-  out_binders: list     # of Var
+  out_binders: list     # Vars, one per output
 
 
 class Jaxpr:
@@ -119,7 +120,7 @@ class JaxprType(NamedTuple):
 def typecheck_jaxpr(jaxpr: Jaxpr) -> JaxprType:
   """Check binding (each variable bound once, before use) and types
   (each equation's output binders match its primitive's abstract eval)."""
-  names = _Names()   # the names pp_jaxpr would print
+  names = VarNames()   # the names pp_jaxpr would print
   for v in jaxpr.constvars + jaxpr.invars + [v for e in jaxpr.eqns for v in e.out_binders]:
     names[v]
   env: set = set()
@@ -195,8 +196,8 @@ def eval_jaxpr(jaxpr: Jaxpr, consts, *args) -> list:
   for v, val in itertools.chain(zip(jaxpr.constvars, consts), zip(jaxpr.invars, args)):
     write(v, val)
   for eqn in jaxpr.eqns:
-    outs = bind(eqn.primitive, *map(read, eqn.inputs), **eqn.params)
-    for v, val in zip(eqn.out_binders, outs):
+    outs = eqn.primitive.bind(*map(read, eqn.inputs), **eqn.params)
+    for v, val in zip(eqn.out_binders, outs if eqn.primitive.multiple_results else [outs]):
       write(v, val)
   return [read(x) for x in jaxpr.outvars]
 
@@ -207,7 +208,7 @@ def jaxpr_as_fun(closed: ClosedJaxpr):
 
 # --- Printing -------------------------------------------------------------------------------
 
-class _Names:
+class VarNames:
   """Names a, b, ..., z, ba, bb, ... in order of first appearance."""
 
   def __init__(self):
@@ -229,7 +230,7 @@ def _nth_name(n: int) -> str:
   return s
 
 
-def _fmt_literal(val) -> str:
+def fmt_literal(val) -> str:
   v = np.asarray(val)
   if v.dtype == np.bool_:
     return str(bool(v))
@@ -238,15 +239,15 @@ def _fmt_literal(val) -> str:
   return str(int(v))
 
 
-def _pp_atom(x: Atom, names: _Names) -> str:
+def _pp_atom(x: Atom, names: VarNames) -> str:
   if isinstance(x, Lit):
-    return f"{_fmt_literal(x.val)}:{x.aval.str_short()}"
+    return f"{fmt_literal(x.val)}:{x.aval.str_short()}"
   if not isinstance(x, Var):   # not an atom (the type checker reports it): show it as is
     return f"<{x!r:.40}>"
   return names[x]
 
 
-def _pp_param(v, names: "_Names", indent: int) -> str:
+def pp_param(v, names: "VarNames", indent: int) -> str:
   if isinstance(v, np.dtype):
     return v.name
   if isinstance(v, str):
@@ -256,36 +257,36 @@ def _pp_param(v, names: "_Names", indent: int) -> str:
     return pp_jaxpr(inner, indent=indent, names=names)
   if isinstance(v, tuple) and v and all(isinstance(e, (Jaxpr, ClosedJaxpr)) for e in v):
     pad = " " * (indent + 2)
-    return "(\n" + "\n".join(pad + _pp_param(e, names, indent + 2) for e in v) + "\n" + " " * indent + ")"
+    return "(\n" + "\n".join(pad + pp_param(e, names, indent + 2) for e in v) + "\n" + " " * indent + ")"
   if isinstance(v, tuple):
     return "(" + ", ".join(map(str, v)) + ("," if len(v) == 1 else "") + ")"
   return repr(v)
 
 
-def _has_jaxpr(v) -> bool:
+def has_jaxpr(v) -> bool:
   return isinstance(v, (Jaxpr, ClosedJaxpr)) or (
       isinstance(v, tuple) and any(isinstance(e, (Jaxpr, ClosedJaxpr)) for e in v))
 
 
-def pp_eqn(eqn: JaxprEqn, names: _Names, indent: int = 4) -> str:
+def pp_eqn(eqn: JaxprEqn, names: VarNames, indent: int = 4) -> str:
   """One equation. Params holding jaxprs go one per line, as JAX prints them."""
   lhs = " ".join(f"{names[v]}:{v.aval.str_short()}" for v in eqn.out_binders)
   args = " ".join(_pp_atom(x, names) for x in eqn.inputs)
   items = sorted(eqn.params.items())
-  if any(_has_jaxpr(v) for _, v in items):
+  if any(has_jaxpr(v) for _, v in items):
     pad = " " * (indent + 2)
-    lines = "\n".join(f"{pad}{k}={_pp_param(v, names, indent + 2)}" for k, v in items)
+    lines = "\n".join(f"{pad}{k}={pp_param(v, names, indent + 2)}" for k, v in items)
     params = f"[\n{lines}\n{' ' * indent}]"
   else:
-    params = " ".join(f"{k}={_pp_param(v, names, indent)}" for k, v in items)
+    params = " ".join(f"{k}={pp_param(v, names, indent)}" for k, v in items)
     params = f"[{params}]" if params else ""
   return f"{lhs} = {eqn.primitive.name}{params} {args}"
 
 
-def pp_jaxpr(jaxpr: Jaxpr, width: int = 80, indent: int = 0, names: _Names | None = None) -> str:
+def pp_jaxpr(jaxpr: Jaxpr, width: int = 80, indent: int = 0, names: VarNames | None = None) -> str:
   """Print like JAX: on one line when it fits in `width`, else one equation a
   line. `indent` is the column the jaxpr starts at (for nested jaxprs)."""
-  names = names or _Names()
+  names = names or VarNames()
   binders = lambda vs: " ".join(f"{names[v]}:{v.aval.str_short()}" for v in vs)
   head = f"{{ lambda {binders(jaxpr.constvars)}; {binders(jaxpr.invars)}. let"
   eqns = [pp_eqn(e, names, indent + 4) for e in jaxpr.eqns]

@@ -10,10 +10,12 @@ broadcasting and dtype promotion belong to `autodidax.numpy`.
 """
 from __future__ import annotations
 
+import builtins
 import math
 
 import numpy as np
 
+from . import dtypes
 from .core import Primitive, ShapedArray, abstract_eval_rules, impl_rules
 from .jaxpr import as_shaped
 from .util import canonicalize_axis
@@ -47,11 +49,27 @@ greater_equal_p = Primitive("greater_equal")
 less_equal_p = Primitive("less_equal")
 
 neg_p = Primitive("neg")
-sin_p = Primitive("sin")
-cos_p = Primitive("cos")
 exp_p = Primitive("exp")
 log_p = Primitive("log")
 tanh_p = Primitive("tanh")
+sin_p = Primitive("sin")
+cos_p = Primitive("cos")
+
+eq_p = Primitive("eq")
+ne_p = Primitive("ne")
+min_p = Primitive("min")
+pow_p = Primitive("pow")
+rem_p = Primitive("rem")
+and_p = Primitive("and")
+or_p = Primitive("or")
+xor_p = Primitive("xor")
+not_p = Primitive("not")
+abs_p = Primitive("abs")
+sign_p = Primitive("sign")
+sqrt_p = Primitive("sqrt")
+rsqrt_p = Primitive("rsqrt")
+floor_p = Primitive("floor")
+stop_gradient_p = Primitive("stop_gradient")
 
 
 def _div(x, y):
@@ -63,13 +81,32 @@ def _div(x, y):
   return q + ((np.remainder(x, y) != 0) & ((np.less(x, 0)) != (np.less(y, 0))))
 
 
+def _rem(x, y):
+  """The remainder of lax.div: it has the sign of `x` (C's fmod)."""
+  return np.fmod(x, y)
+
+
 binary_primitives = {
     add_p: np.add, sub_p: np.subtract, mul_p: np.multiply, div_p: _div,
-    max_p: np.maximum, greater_p: np.greater, less_p: np.less,
-    greater_equal_p: np.greater_equal, less_equal_p: np.less_equal}
-comparison_primitives = {greater_p, less_p, greater_equal_p, less_equal_p}
+    max_p: np.maximum, min_p: np.minimum, pow_p: np.power, rem_p: _rem,
+    greater_p: np.greater, less_p: np.less, greater_equal_p: np.greater_equal,
+    less_equal_p: np.less_equal, eq_p: np.equal, ne_p: np.not_equal,
+    and_p: np.bitwise_and, or_p: np.bitwise_or, xor_p: np.bitwise_xor}
+comparison_primitives = {greater_p, less_p, greater_equal_p, less_equal_p, eq_p, ne_p}
 unary_primitives = {neg_p: np.negative, sin_p: np.sin, cos_p: np.cos,
-                    exp_p: np.exp, log_p: np.log, tanh_p: np.tanh}
+                    exp_p: np.exp, log_p: np.log, tanh_p: np.tanh,
+                    not_p: np.invert, abs_p: np.abs, sign_p: np.sign,
+                    sqrt_p: np.sqrt, rsqrt_p: lambda x: 1 / np.sqrt(x),
+                    floor_p: np.floor, stop_gradient_p: lambda x: x}
+# The dtype kinds each primitive accepts (b: bool, i/u: ints, f/c: floats),
+# checked by abstract evaluation; the others take any dtype.
+_NUMBERS, _FLOATS, _INTEGRAL = "iufc", "fc", "biu"
+operand_kinds = {
+    add_p: _NUMBERS, sub_p: _NUMBERS, mul_p: _NUMBERS, div_p: _NUMBERS,
+    rem_p: _NUMBERS, pow_p: _FLOATS, neg_p: _NUMBERS, abs_p: _NUMBERS,
+    sign_p: _NUMBERS, and_p: _INTEGRAL, or_p: _INTEGRAL, xor_p: _INTEGRAL,
+    not_p: _INTEGRAL, **{p: _FLOATS for p in (sin_p, cos_p, exp_p, log_p,
+                                             tanh_p, sqrt_p, rsqrt_p, floor_p)}}
 
 for _p, _fn in binary_primitives.items():
   impl_rules[_p] = _binary_impl(_p.name, _fn)
@@ -92,17 +129,88 @@ def cos(x): return cos_p.bind(x)
 def exp(x): return exp_p.bind(x)
 def log(x): return log_p.bind(x)
 def tanh(x): return tanh_p.bind(x)
+def eq(x, y): return eq_p.bind(x, y)
+def ne(x, y): return ne_p.bind(x, y)
+def min(x, y): return min_p.bind(x, y)  # noqa: A001
+def pow(x, y): return pow_p.bind(x, y)  # noqa: A001
+def rem(x, y): return rem_p.bind(x, y)
+def bitwise_and(x, y): return and_p.bind(x, y)
+def bitwise_or(x, y): return or_p.bind(x, y)
+def bitwise_xor(x, y): return xor_p.bind(x, y)
+def bitwise_not(x): return not_p.bind(x)
+def abs(x): return abs_p.bind(x)  # noqa: A001
+def sign(x): return sign_p.bind(x)
+def sqrt(x): return sqrt_p.bind(x)
+def rsqrt(x): return rsqrt_p.bind(x)
+def floor(x): return floor_p.bind(x)
+
+
+def stop_gradient(x):
+  """`x`, but derivatives treat it as a constant."""
+  return stop_gradient_p.bind(x)
+
+
+integer_pow_p = Primitive("integer_pow")
+round_p = Primitive("round")
+impl_rules[integer_pow_p] = lambda x, *, y: np.power(x, np.asarray(y, np.result_type(x)))
+
+
+def integer_pow(x, y: int):
+  """`x ** y` for a Python int `y`, by repeated multiplication."""
+  return integer_pow_p.bind(x, y=int(y))
+
+
+ROUND_AWAY_FROM_ZERO, ROUND_TO_NEAREST_EVEN = 0, 1
+
+
+def _round_impl(x, *, rounding_method):
+  if rounding_method == ROUND_TO_NEAREST_EVEN:
+    return np.round(x)
+  return np.asarray(np.sign(x) * np.floor(np.abs(x) + 0.5), np.result_type(x))
+
+
+impl_rules[round_p] = _round_impl
+
+
+def round(x, rounding_method=ROUND_AWAY_FROM_ZERO):  # noqa: A001
+  return round_p.bind(x, rounding_method=int(rounding_method))
 
 
 # --- Reductions -----------------------------------------------------------------------
 
 reduce_sum_p = Primitive("reduce_sum")
 reduce_max_p = Primitive("reduce_max")
+reduce_min_p = Primitive("reduce_min")
+reduce_prod_p = Primitive("reduce_prod")
 # np.asarray: np.sum would call an array-like's own .sum(axis, out=...) method;
 # dtype: NumPy sums small ints as int64, lax keeps the operand's dtype.
 impl_rules[reduce_sum_p] = lambda x, *, axes: np.sum(np.asarray(x), axes,
                                                       dtype=np.result_type(x))
-impl_rules[reduce_max_p] = lambda x, *, axes: np.max(np.asarray(x), axes)
+impl_rules[reduce_prod_p] = lambda x, *, axes: np.prod(np.asarray(x), axes,
+                                                        dtype=np.result_type(x))
+
+
+def lowest(dtype):
+  """The identity of max: -inf, or the smallest integer (False for bool)."""
+  dtype = np.dtype(dtype)
+  if dtype.kind == "b":
+    return False
+  return np.iinfo(dtype).min if dtype.kind in "iu" else -np.inf
+
+
+def highest(dtype):
+  """The identity of min."""
+  dtype = np.dtype(dtype)
+  if dtype.kind == "b":
+    return True
+  return np.iinfo(dtype).max if dtype.kind in "iu" else np.inf
+
+
+# `initial`: an empty axis reduces to the identity, as in XLA.
+impl_rules[reduce_max_p] = lambda x, *, axes: np.max(
+    np.asarray(x), axes, initial=lowest(np.result_type(x)))
+impl_rules[reduce_min_p] = lambda x, *, axes: np.min(
+    np.asarray(x), axes, initial=highest(np.result_type(x)))
 
 
 def _canonical_axes(axis, ndim) -> tuple:
@@ -124,6 +232,49 @@ def reduce_max(x, axis=None):
   return reduce_max_p.bind(x, axes=_canonical_axes(axis, np.ndim(x)))
 
 
+def reduce_min(x, axis=None):
+  return reduce_min_p.bind(x, axes=_canonical_axes(axis, np.ndim(x)))
+
+
+def reduce_prod(x, axis=None):
+  return reduce_prod_p.bind(x, axes=_canonical_axes(axis, np.ndim(x)))
+
+
+argmax_p = Primitive("argmax")
+argmin_p = Primitive("argmin")
+cumsum_p = Primitive("cumsum")
+impl_rules[argmax_p] = lambda x, *, axes, index_dtype: np.argmax(
+    np.asarray(x), axes[0]).astype(index_dtype)
+impl_rules[argmin_p] = lambda x, *, axes, index_dtype: np.argmin(
+    np.asarray(x), axes[0]).astype(index_dtype)
+
+
+def argmax(x, axis: int, index_dtype=np.int64):
+  """The index of the first largest element (or first NaN) along `axis`."""
+  return argmax_p.bind(x, axes=(canonicalize_axis(axis, np.ndim(x)),),
+                       index_dtype=np.dtype(index_dtype))
+
+
+def argmin(x, axis: int, index_dtype=np.int64):
+  return argmin_p.bind(x, axes=(canonicalize_axis(axis, np.ndim(x)),),
+                       index_dtype=np.dtype(index_dtype))
+
+
+def _cumsum_impl(x, *, axis, reverse):
+  x = np.asarray(x)
+  if reverse:
+    return np.flip(np.cumsum(np.flip(x, axis), axis, dtype=x.dtype), axis)
+  return np.cumsum(x, axis, dtype=x.dtype)
+
+
+impl_rules[cumsum_p] = _cumsum_impl
+
+
+def cumsum(x, axis: int = 0, reverse: bool = False):
+  """Running sums along `axis` (from the end if `reverse`), in x's dtype."""
+  return cumsum_p.bind(x, axis=canonicalize_axis(axis, np.ndim(x)), reverse=bool(reverse))
+
+
 # --- Shape and type manipulation -------------------------------------------------------
 
 broadcast_p = Primitive("broadcast")
@@ -143,14 +294,18 @@ impl_rules[broadcast_p] = _broadcast_impl
 impl_rules[transpose_p] = lambda x, *, permutation: np.transpose(x, permutation)
 impl_rules[reshape_p] = lambda x, *, new_sizes: np.reshape(x, new_sizes)
 impl_rules[convert_element_type_p] = (
-    lambda x, *, new_dtype: np.asarray(x).astype(new_dtype))
+    lambda x, *, new_dtype, weak_type: np.asarray(x).astype(new_dtype))
 
 
-def broadcast(x, shape, axes):
+def broadcast(x, shape, axes=None):
   """Insert new axes at positions `axes` of the result, of sizes from `shape`.
 
-  The remaining dimensions of `shape` must equal `x`'s, in order.
+  The remaining dimensions of `shape` must equal `x`'s, in order. Called as
+  `broadcast(x, sizes)`, it is jax.lax.broadcast: new leading axes `sizes`.
   """
+  if axes is None:
+    sizes = tuple(shape)
+    return broadcast(x, (*sizes, *np.shape(x)), range(len(sizes)))
   shape = tuple(int(d) for d in shape)
   axes = tuple(sorted(canonicalize_axis(int(a), len(shape)) for a in axes))
   kept = tuple(d for i, d in enumerate(shape) if i not in axes)
@@ -159,6 +314,20 @@ def broadcast(x, shape, axes):
                      f"{shape} by inserting axes {axes}: the other dimensions "
                      f"would be {kept}.")
   return broadcast_p.bind(x, shape=shape, axes=axes)
+
+
+def broadcast_in_dim(x, shape, broadcast_dimensions):
+  """jax.lax.broadcast_in_dim: axis i of `x` becomes axis
+  `broadcast_dimensions[i]` of the result (sizes equal, or 1 to stretch)."""
+  shape, dims = tuple(int(d) for d in shape), tuple(int(d) for d in broadcast_dimensions)
+  xs = np.shape(x)
+  if len(dims) != len(xs) or any(xs[i] not in (1, shape[d]) for i, d in enumerate(dims)):
+    raise ShapeError(f"broadcast_in_dim: can't put {xs} at dimensions {dims} of {shape}")
+  keep = [i for i, d in enumerate(dims) if xs[i] == shape[d]]   # not stretched
+  if len(keep) < len(xs):
+    x = reshape(x, [xs[i] for i in keep])
+  kept = {dims[i] for i in keep}
+  return broadcast(x, shape, [i for i in range(len(shape)) if i not in kept])
 
 
 def transpose(x, permutation):
@@ -177,30 +346,170 @@ def reshape(x, new_sizes):
   return reshape_p.bind(x, new_sizes=new_sizes)
 
 
-def convert_element_type(x, new_dtype):
-  return convert_element_type_p.bind(x, new_dtype=np.dtype(new_dtype))
+def convert_element_type(x, new_dtype, weak_type: bool = False):
+  return convert_element_type_p.bind(x, new_dtype=np.dtype(new_dtype),
+                                     weak_type=bool(weak_type))
+
+
+def squeeze(x, dimensions):
+  dims = {canonicalize_axis(int(d), np.ndim(x)) for d in dimensions}
+  if any(np.shape(x)[d] != 1 for d in dims):
+    raise ShapeError(f"squeeze: dimensions {tuple(dimensions)} of shape {np.shape(x)} "
+                     "must all have size 1")
+  return reshape(x, [d for i, d in enumerate(np.shape(x)) if i not in dims])
+
+
+def expand_dims(x, dimensions):
+  shape = list(np.shape(x))
+  for d in sorted(canonicalize_axis(int(d), len(shape) + len(dimensions))
+                  for d in dimensions):
+    shape.insert(d, 1)
+  return reshape(x, shape)
+
+
+# --- Concatenation, padding and slicing ------------------------------------------------
+
+concatenate_p = Primitive("concatenate")
+pad_p = Primitive("pad")
+slice_p = Primitive("slice")
+dynamic_slice_p = Primitive("dynamic_slice")
+dynamic_update_slice_p = Primitive("dynamic_update_slice")
+
+impl_rules[concatenate_p] = lambda *xs, dimension: np.concatenate(
+    [np.asarray(x) for x in xs], dimension)
+
+
+def concatenate(operands, dimension: int):
+  if not operands:
+    raise ValueError("concatenate needs at least one operand")
+  return concatenate_p.bind(*operands, dimension=canonicalize_axis(dimension, np.ndim(operands[0])))
+
+
+def _pad_impl(x, padding_value, *, padding_config):
+  """Each axis gets (low, high, interior) elements of `padding_value`:
+  before, after, and between every two elements. Negative low/high cut."""
+  x = np.asarray(x)
+  for axis, (lo, hi, mid) in enumerate(padding_config):
+    n = x.shape[axis]
+    spread = n + builtins.max(n - 1, 0) * mid   # the elements with their gaps
+    shape = list(x.shape)
+    shape[axis] = builtins.max(lo, 0) + spread + builtins.max(hi, 0)
+    out = np.full(shape, padding_value, x.dtype)
+    where = [builtins.slice(None)] * x.ndim
+    where[axis] = builtins.slice(builtins.max(lo, 0), builtins.max(lo, 0) + spread, mid + 1)
+    out[tuple(where)] = x
+    where[axis] = builtins.slice(-builtins.min(lo, 0), shape[axis] + builtins.min(hi, 0))
+    x = out[tuple(where)]
+  return x
+
+
+impl_rules[pad_p] = _pad_impl
+
+
+def pad(x, padding_value, padding_config):
+  config = tuple((int(lo), int(hi), int(mid)) for lo, hi, mid in padding_config)
+  if len(config) != np.ndim(x) or any(mid < 0 for _, _, mid in config):
+    raise ShapeError(f"pad: padding_config {padding_config} needs one (low, high, "
+                     f"interior>=0) per axis of {np.shape(x)}")
+  return pad_p.bind(x, padding_value, padding_config=config)
+
+
+impl_rules[slice_p] = lambda x, *, start_indices, limit_indices, strides: np.asarray(x)[
+    tuple(builtins.slice(a, b, s) for a, b, s in zip(start_indices, limit_indices, strides))]
+
+
+def slice(x, start_indices, limit_indices, strides=None):  # noqa: A001
+  """x[start:limit:stride] on every axis, with static (Python int) bounds."""
+  shape = np.shape(x)
+  start, limit = tuple(map(int, start_indices)), tuple(map(int, limit_indices))
+  strides = (1,) * len(shape) if strides is None else tuple(map(int, strides))
+  if not (len(start) == len(limit) == len(strides) == len(shape)) or any(
+      not 0 <= a <= b <= d or s < 1 for a, b, s, d in zip(start, limit, strides, shape)):
+    raise ShapeError(f"slice: start {start}, limit {limit}, strides {strides} don't "
+                     f"fit an array of shape {shape} (0 <= start <= limit <= size, "
+                     "strides >= 1)")
+  return slice_p.bind(x, start_indices=start, limit_indices=limit, strides=strides)
+
+
+def _clamped_starts(shape, starts, sizes):
+  """XLA clamps start indices so the slice stays inside the array."""
+  return tuple(int(np.clip(int(np.asarray(i)), 0, d - n)) for i, d, n in zip(starts, shape, sizes))
+
+
+def _dynamic_slice_impl(x, *starts, slice_sizes):
+  starts = _clamped_starts(np.shape(x), starts, slice_sizes)
+  return np.asarray(x)[tuple(builtins.slice(i, i + n) for i, n in zip(starts, slice_sizes))]
+
+
+def _dynamic_update_slice_impl(x, update, *starts):
+  starts = _clamped_starts(np.shape(x), starts, np.shape(update))
+  out = np.array(x, copy=True)
+  out[tuple(builtins.slice(i, i + n) for i, n in zip(starts, np.shape(update)))] = update
+  return out
+
+
+impl_rules[dynamic_slice_p] = _dynamic_slice_impl
+impl_rules[dynamic_update_slice_p] = _dynamic_update_slice_impl
+
+
+def _check_starts(name, x, starts):
+  if len(starts) != np.ndim(x):
+    raise ShapeError(f"{name}: got {len(starts)} start indices for an array of "
+                     f"rank {np.ndim(x)}; give one per axis")
+
+
+def dynamic_slice(x, start_indices, slice_sizes):
+  """A slice of static size `slice_sizes` at start indices that may be traced
+  (negative ones count from the end; then clamped into range, as XLA does)."""
+  _check_starts("dynamic_slice", x, start_indices)
+  starts = [_index(i, d) for i, d in zip(start_indices, np.shape(x))]
+  return dynamic_slice_p.bind(x, *starts, slice_sizes=tuple(map(int, slice_sizes)))
+
+
+def dynamic_update_slice(x, update, start_indices):
+  """`x` with `update` written at (possibly traced) start indices."""
+  _check_starts("dynamic_update_slice", x, start_indices)
+  starts = [_index(i, d) for i, d in zip(start_indices, np.shape(x))]
+  return dynamic_update_slice_p.bind(x, update, *starts)
+
+
+def _index(i, size: int):
+  """An index into an axis of `size` as an int64 scalar; a negative one
+  counts from the end (for a traced one: i + size * (i < 0))."""
+  if type(i) is int or isinstance(i, np.integer):
+    return np.int64(i + size if i < 0 else i)
+  aval = getattr(i, "aval", None)
+  dtype = aval.dtype if aval is not None else np.result_type(i)
+  if np.shape(i) != () or dtype.kind not in "iu":
+    raise TypeError(f"indices must be integer scalars, got {i!r:.60}")
+  i = i if dtype == np.int64 else convert_element_type(i, np.int64)
+  if dtype.kind == "u":
+    return i
+  return add(i, mul(convert_element_type(less(i, np.int64(0)), np.int64), np.int64(size)))
 
 
 # --- Abstract evaluation (typing) rules: Part 2 --------------------------------------------
 # Each maps input avals (ShapedArray or ConcreteArray alike) to the output aval,
 # or raises a ShapeError/TypeError that names the primitive and the problem.
 
-_WEAK_REPRESENTATIVE = {"b": False, "i": 0, "u": 0, "f": 0.0, "c": 0j}
-
-
-def _binary_dtype(name, x, y):
+def binary_dtype(name, x, y):
   """The result dtype, with JAX's weak typing: a weakly-typed operand (from a
-  Python scalar) adopts the other operand's dtype."""
-  if x.weak_type != y.weak_type:
-    strong, weak = (y, x) if x.weak_type else (x, y)
-    return np.result_type(strong.dtype, _WEAK_REPRESENTATIVE[weak.dtype.kind]), False
-  if x.dtype != y.dtype:
-    if x.weak_type:   # two Python scalars: promote as Python would
-      return np.result_type(x.dtype, y.dtype), True
+  Python scalar) adopts the other operand's dtype, if the lattice allows."""
+  if x.dtype != y.dtype and not (x.weak_type or y.weak_type):
     raise TypeError(f"{name}: dtypes {x.dtype} and {y.dtype} differ. lax "
                     "operations need equal dtypes: convert one with "
                     "lax.convert_element_type (autodidax.numpy promotes for you).")
-  return x.dtype, x.weak_type
+  return dtypes.join_types((x.dtype, x.weak_type), (y.dtype, y.weak_type))
+
+
+def _check_kinds(prim, *avals):
+  kinds = operand_kinds.get(prim)
+  for a in avals:   # (a weakly typed Python scalar adapts to the other operand)
+    if kinds and a.dtype.kind not in kinds and not (a.weak_type and len(avals) > 1):
+      accepted = {_NUMBERS: "numbers (ints or floats)", _FLOATS: "floating-point",
+                  _INTEGRAL: "bool or integer"}[kinds]
+      raise TypeError(f"{prim.name} does not accept dtype {a.dtype.name}: it takes "
+                      f"{accepted} operands. Convert with lax.convert_element_type.")
 
 
 def _binary_abstract_eval(prim, comparison: bool):
@@ -209,49 +518,76 @@ def _binary_abstract_eval(prim, comparison: bool):
       raise ShapeError(f"{prim.name}: shapes {x.shape} and {y.shape} are "
                        "incompatible. lax operations need equal shapes (or a "
                        "scalar); use autodidax.numpy for broadcasting.")
-    dtype, weak = _binary_dtype(prim.name, x, y)
-    if comparison:
-      dtype, weak = np.dtype(np.bool_), False
+    _check_kinds(prim, x, y)
+    dtype, weak = binary_dtype(prim.name, x, y)
+    if comparison:   # weak when both operands are, as in JAX
+      dtype = np.dtype(np.bool_)
     return ShapedArray(x.shape or y.shape, dtype, weak)
   return rule
 
 
-def _unary_abstract_eval(prim, floats_only: bool):
-  def rule(x):
-    if floats_only and x.dtype.kind not in "fc":   # np.inexact: float or complex
-      raise TypeError(f"{prim.name} needs a floating-point operand, got "
-                      f"{x.str_short()}; convert it with lax.convert_element_type.")
+def _unary_abstract_eval(prim):
+  def rule(x, **params):
+    _check_kinds(prim, x)
     return as_shaped(x)   # the output has the input's type
   return rule
 
 
 for _p in binary_primitives:
   abstract_eval_rules[_p] = _binary_abstract_eval(_p, _p in comparison_primitives)
-for _p in unary_primitives:
-  abstract_eval_rules[_p] = _unary_abstract_eval(_p, _p is not neg_p)
+for _p in (*unary_primitives, integer_pow_p, round_p):
+  abstract_eval_rules[_p] = _unary_abstract_eval(_p)
+operand_kinds.update({integer_pow_p: _NUMBERS, round_p: _FLOATS})
 
 
-def _reduce_abstract_eval(prim):
-  def rule(x, *, axes):
+def _reduce_abstract_eval(prim, index_dtype=False):
+  def rule(x, *, axes, **params):
     if any(not 0 <= a < x.ndim for a in axes):
       raise ShapeError(f"{prim.name}: axes {axes} out of range for {x.str_short()}")
     shape = tuple(d for i, d in enumerate(x.shape) if i not in axes)
+    if index_dtype:
+      if x.shape[axes[0]] == 0:
+        raise ValueError(f"{prim.name}: an empty axis has no index to return")
+      return ShapedArray(shape, params["index_dtype"])
     return ShapedArray(shape, x.dtype, x.weak_type)
   return rule
 
 
-abstract_eval_rules[reduce_sum_p] = _reduce_abstract_eval(reduce_sum_p)
-abstract_eval_rules[reduce_max_p] = _reduce_abstract_eval(reduce_max_p)
+for _p in (reduce_sum_p, reduce_max_p, reduce_min_p, reduce_prod_p):
+  abstract_eval_rules[_p] = _reduce_abstract_eval(_p)
+for _p in (argmax_p, argmin_p):
+  abstract_eval_rules[_p] = _reduce_abstract_eval(_p, index_dtype=True)
 
 
-@reshape_p.def_abstract_eval
+def _integer_pow_abstract_eval(x, *, y):
+  _check_kinds(integer_pow_p, x)
+  if y < 0 and x.dtype.kind in "iu":
+    raise TypeError("integer_pow: integers to negative powers are not integers; "
+                    "convert the base to a float first")
+  return as_shaped(x)
+
+
+abstract_eval_rules[integer_pow_p] = _integer_pow_abstract_eval
+
+
+def _cumsum_abstract_eval(x, *, axis, reverse):
+  if x.dtype.kind == "b":
+    raise TypeError("cumsum does not accept dtype bool; convert to an integer first")
+  return as_shaped(x)
+
+
+abstract_eval_rules[cumsum_p] = _cumsum_abstract_eval
+
+
 def _reshape_abstract_eval(x, *, new_sizes):
   if math.prod(new_sizes) != math.prod(x.shape):
     raise ShapeError(f"reshape: can't reshape {x.str_short()} to {new_sizes}")
   return ShapedArray(new_sizes, x.dtype, x.weak_type)
 
 
-@broadcast_p.def_abstract_eval
+abstract_eval_rules[reshape_p] = _reshape_abstract_eval
+
+
 def _broadcast_abstract_eval(x, *, shape, axes):
   kept = tuple(d for i, d in enumerate(shape) if i not in axes)
   if kept != x.shape:
@@ -260,16 +596,88 @@ def _broadcast_abstract_eval(x, *, shape, axes):
   return ShapedArray(shape, x.dtype, x.weak_type)
 
 
-@transpose_p.def_abstract_eval
+abstract_eval_rules[broadcast_p] = _broadcast_abstract_eval
+
+
 def _transpose_abstract_eval(x, *, permutation):
   if sorted(permutation) != list(range(x.ndim)):
     raise ShapeError(f"transpose: {permutation} is not a permutation of the axes of {x.str_short()}")
   return ShapedArray(tuple(x.shape[p] for p in permutation), x.dtype, x.weak_type)
 
 
-@convert_element_type_p.def_abstract_eval
-def _convert_element_type_abstract_eval(x, *, new_dtype):
-  return ShapedArray(x.shape, new_dtype, False)
+abstract_eval_rules[transpose_p] = _transpose_abstract_eval
+
+
+def _convert_element_type_abstract_eval(x, *, new_dtype, weak_type):
+  return ShapedArray(x.shape, new_dtype, weak_type)
+
+
+abstract_eval_rules[convert_element_type_p] = _convert_element_type_abstract_eval
+
+
+def _concatenate_abstract_eval(*xs, dimension):
+  first = xs[0]
+  for x in xs[1:]:
+    if (x.dtype != first.dtype or x.ndim != first.ndim or any(
+        a != b for i, (a, b) in enumerate(zip(x.shape, first.shape)) if i != dimension)):
+      raise TypeError(f"concatenate: operands {', '.join(a.str_short() for a in xs)} "
+                      f"must have one dtype and equal sizes except on axis {dimension}")
+  shape = list(first.shape)
+  shape[dimension] = sum(x.shape[dimension] for x in xs)
+  return ShapedArray(shape, first.dtype, all(x.weak_type for x in xs))
+
+
+abstract_eval_rules[concatenate_p] = _concatenate_abstract_eval
+
+
+def _pad_abstract_eval(x, padding_value, *, padding_config):
+  if padding_value.shape != () or padding_value.dtype != x.dtype:
+    raise TypeError(f"pad: the padding value must be a scalar of {x.dtype.name}, got "
+                    f"{padding_value.str_short()}")
+  shape = [lo + hi + d + builtins.max(d - 1, 0) * mid
+           for d, (lo, hi, mid) in zip(x.shape, padding_config)]
+  if any(d < 0 for d in shape):
+    raise ShapeError(f"pad: {padding_config} cuts more than {x.str_short()} has")
+  return ShapedArray(shape, x.dtype, x.weak_type)
+
+
+abstract_eval_rules[pad_p] = _pad_abstract_eval
+
+
+def _slice_abstract_eval(x, *, start_indices, limit_indices, strides):
+  shape = [-(-(b - a) // s) for a, b, s in zip(start_indices, limit_indices, strides)]
+  return ShapedArray(shape, x.dtype, x.weak_type)
+
+
+abstract_eval_rules[slice_p] = _slice_abstract_eval
+
+
+def _check_index_avals(name, x, starts):
+  if len(starts) != x.ndim or any(i.shape != () or i.dtype.kind not in "iu" for i in starts):
+    raise TypeError(f"{name}: needs {x.ndim} integer scalar start indices, got "
+                    f"{[i.str_short() for i in starts]}")
+
+
+def _dynamic_slice_abstract_eval(x, *starts, slice_sizes):
+  _check_index_avals("dynamic_slice", x, starts)
+  if len(slice_sizes) != x.ndim or any(not 0 <= n <= d for n, d in zip(slice_sizes, x.shape)):
+    raise ShapeError(f"dynamic_slice: slice_sizes {slice_sizes} don't fit {x.str_short()}")
+  return ShapedArray(slice_sizes, x.dtype, x.weak_type)
+
+
+abstract_eval_rules[dynamic_slice_p] = _dynamic_slice_abstract_eval
+
+
+def _dynamic_update_slice_abstract_eval(x, update, *starts):
+  _check_index_avals("dynamic_update_slice", x, starts)
+  if update.dtype != x.dtype or update.ndim != x.ndim or any(
+      n > d for n, d in zip(update.shape, x.shape)):
+    raise TypeError(f"dynamic_update_slice: can't write {update.str_short()} into "
+                    f"{x.str_short()}")
+  return as_shaped(x)
+
+
+abstract_eval_rules[dynamic_update_slice_p] = _dynamic_update_slice_abstract_eval
 
 
 # --- Contractions: dot_general (Part 3) ------------------------------------------------------
@@ -322,7 +730,7 @@ def _dot_general_abstract_eval(x, y, *, dimension_numbers):
     if ls != rs:
       raise ShapeError(f"dot_general: {what} axes have sizes {ls} in {x.str_short()} "
                        f"but {rs} in {y.str_short()}")
-  dtype, weak = _binary_dtype("dot_general", x, y)
+  dtype, weak = binary_dtype("dot_general", x, y)
   shape = ([x.shape[i] for i in lb] + [x.shape[i] for i in _dot_free_axes(x.ndim, lc, lb)]
            + [y.shape[i] for i in _dot_free_axes(y.ndim, rc, rb)])
   return ShapedArray(shape, dtype, weak)
@@ -331,13 +739,18 @@ def _dot_general_abstract_eval(x, y, *, dimension_numbers):
 abstract_eval_rules[dot_general_p] = _dot_general_abstract_eval
 
 
-# --- Control flow (autodidax/control_flow.py), imported on first use -----------------
-
-_CONTROL_FLOW = {"cond", "switch", "while_loop", "fori_loop", "scan", "select_n", "clamp"}
-
+# --- Names JAX has and autodidax leaves out ---------------------------------------------
+# (Control flow, lax.cond etc., is set here by the package's __init__.)
 
 def __getattr__(name):
-  if name in _CONTROL_FLOW:
-    from . import control_flow
-    return getattr(control_flow, name)
-  raise AttributeError(f"module 'autodidax.lax' has no attribute {name!r}")
+  raise not_in_autodidax("jax.lax", name)
+
+
+def not_in_autodidax(module: str, name: str) -> AttributeError:
+  """The error for a JAX function that autodidax leaves out."""
+  if name.startswith("__"):
+    return AttributeError(f"module {module!r} has no attribute {name!r}")
+  return AttributeError(
+      f"{module}.{name} is not in autodidax: it implements only the part of "
+      f"{module} that the course needs. Write it from the primitives that are "
+      "here, or use JAX itself.")

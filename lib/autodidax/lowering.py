@@ -22,12 +22,13 @@ from . import lax
 from .core import RuleTable, ShapedArray
 from .jaxpr import Jaxpr, Lit
 
+# `rule(ctx, *operands, **params)` emits ops and returns the result name(s).
 lowering_rules = RuleTable(
-    "Lowering", "Register one with `lowering.register_lowering(prim, rule)`.")
+    "Lowering", "Register one with `lowering.lowering_rules[prim] = rule`.")
 
 
 def register_lowering(prim, rule):
-  """`rule(ctx, *operands, **params)` emits ops and returns the result name(s)."""
+  """JAX's spelling (`mlir.register_lowering`) of `lowering_rules[prim] = rule`."""
   lowering_rules[prim] = rule
   return rule
 
@@ -36,12 +37,17 @@ def register_lowering(prim, rule):
 
 _MLIR_DTYPES = {"float16": "f16", "float32": "f32", "float64": "f64", "bool": "i1",
                 "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
-                "uint8": "ui8", "uint32": "ui32", "uint64": "ui64"}
+                "uint8": "ui8", "uint16": "ui16", "uint32": "ui32", "uint64": "ui64",
+                "complex64": "complex<f32>", "complex128": "complex<f64>"}
 
 
 def mlir_type(aval) -> str:
   """`f32[3,4]` is `tensor<3x4xf32>`; a scalar is `tensor<f32>`."""
-  dtype = _MLIR_DTYPES[np.dtype(aval.dtype).name]
+  name = np.dtype(aval.dtype).name
+  if name not in _MLIR_DTYPES:
+    raise TypeError(f"jit: autodidax can't compile arrays of dtype {name}; use one of "
+                    f"{', '.join(_MLIR_DTYPES)}")
+  dtype = _MLIR_DTYPES[name]
   return f"tensor<{''.join(f'{d}x' for d in aval.shape)}{dtype}>"
 
 
@@ -185,18 +191,22 @@ def lower_jaxpr(jaxpr: Jaxpr, name: str = "jit_fun") -> str:
 # --- Rules ---------------------------------------------------------------------------------------
 
 _BINARY_OPS = {lax.add_p: "add", lax.sub_p: "subtract", lax.mul_p: "multiply",
-               lax.div_p: "divide"}
+               lax.div_p: "divide", lax.min_p: "minimum",
+               lax.pow_p: "power", lax.rem_p: "remainder", lax.and_p: "and",
+               lax.or_p: "or", lax.xor_p: "xor"}
 _COMPARISONS = {lax.greater_p: "GT", lax.less_p: "LT", lax.greater_equal_p: "GE",
-                lax.less_equal_p: "LE"}
+                lax.less_equal_p: "LE", lax.eq_p: "EQ", lax.ne_p: "NE"}
 _UNARY_OPS = {lax.neg_p: "negate", lax.sin_p: "sine", lax.cos_p: "cosine",
-              lax.exp_p: "exponential", lax.log_p: "log", lax.tanh_p: "tanh"}
+              lax.exp_p: "exponential", lax.log_p: "log", lax.tanh_p: "tanh",
+              lax.not_p: "not", lax.abs_p: "abs", lax.sign_p: "sign",
+              lax.sqrt_p: "sqrt", lax.rsqrt_p: "rsqrt", lax.floor_p: "floor"}
 
 
 def _prepare_binary_operands(ctx, x, y, name):
   """Convert weakly-typed operands to the operation's dtype and broadcast a
   rank-0 operand to the full shape: StableHLO wants identical types."""
   ax, ay = ctx.avals_in
-  dtype, _ = lax._binary_dtype(name, ax, ay)
+  dtype, _ = lax.binary_dtype(name, ax, ay)
   shape = ax.shape or ay.shape
   x = ctx.convert(x, ax, dtype)
   y = ctx.convert(y, ay, dtype)
@@ -212,6 +222,12 @@ def _binary_lowering(op):
   return rule
 
 
+def compare_kind(dtype) -> str:
+  """How stablehlo.compare reads the bits: FLOAT, SIGNED or UNSIGNED (bool)."""
+  kind = np.dtype(dtype).kind
+  return "FLOAT" if kind in "fc" else "SIGNED" if kind == "i" else "UNSIGNED"
+
+
 def _max_lowering(ctx, x, y):
   x, y, aval = _prepare_binary_operands(ctx, x, y, "maximum")
   return ctx.emit(f"stablehlo.maximum {x}, {y} : {mlir_type(aval)}")
@@ -220,11 +236,8 @@ def _max_lowering(ctx, x, y):
 def _compare_lowering(direction):
   def rule(ctx, x, y):
     x, y, aval = _prepare_binary_operands(ctx, x, y, direction)
-    kind = ("FLOAT" if np.issubdtype(aval.dtype, np.floating) else
-            "UNSIGNED" if np.issubdtype(aval.dtype, np.unsignedinteger) or aval.dtype == np.bool_
-            else "SIGNED")
     t = mlir_type(aval)
-    return ctx.emit(f"stablehlo.compare {direction}, {x}, {y}, {kind} : ({t}, {t}) -> "
+    return ctx.emit(f"stablehlo.compare {direction}, {x}, {y}, {compare_kind(aval.dtype)} : ({t}, {t}) -> "
                     f"{mlir_type(ctx.avals_out[0])}")
   return rule
 
@@ -236,12 +249,12 @@ def _unary_lowering(op):
 
 
 for _p, _op in _BINARY_OPS.items():
-  register_lowering(_p, _binary_lowering(_op))
-register_lowering(lax.max_p, _max_lowering)
+  lowering_rules[_p] = _binary_lowering(_op)
+lowering_rules[lax.max_p] = _max_lowering
 for _p, _dir in _COMPARISONS.items():
-  register_lowering(_p, _compare_lowering(_dir))
+  lowering_rules[_p] = _compare_lowering(_dir)
 for _p, _op in _UNARY_OPS.items():
-  register_lowering(_p, _unary_lowering(_op))
+  lowering_rules[_p] = _unary_lowering(_op)
 
 
 def _reduce_lowering(ctx, x, axes, op, init):
@@ -261,25 +274,26 @@ def _reduce_lowering(ctx, x, axes, op, init):
   return result
 
 
-def _lowest(dtype):
-  dtype = np.dtype(dtype)
-  if dtype == np.bool_:
-    return False
-  if np.issubdtype(dtype, np.integer):
-    return np.iinfo(dtype).min
-  return -np.inf
-
-
 def _reduce_sum_lowering(ctx, x, *, axes):
   return _reduce_lowering(ctx, x, axes, "add", 0)
 
 
 def _reduce_max_lowering(ctx, x, *, axes):
-  return _reduce_lowering(ctx, x, axes, "maximum", _lowest(ctx.avals_in[0].dtype))
+  return _reduce_lowering(ctx, x, axes, "maximum", lax.lowest(ctx.avals_in[0].dtype))
 
 
-register_lowering(lax.reduce_sum_p, _reduce_sum_lowering)
-register_lowering(lax.reduce_max_p, _reduce_max_lowering)
+def _reduce_min_lowering(ctx, x, *, axes):
+  return _reduce_lowering(ctx, x, axes, "minimum", lax.highest(ctx.avals_in[0].dtype))
+
+
+def _reduce_prod_lowering(ctx, x, *, axes):
+  return _reduce_lowering(ctx, x, axes, "multiply", 1)
+
+
+lowering_rules[lax.reduce_sum_p] = _reduce_sum_lowering
+lowering_rules[lax.reduce_max_p] = _reduce_max_lowering
+lowering_rules[lax.reduce_min_p] = _reduce_min_lowering
+lowering_rules[lax.reduce_prod_p] = _reduce_prod_lowering
 
 
 def _broadcast_lowering(ctx, x, *, shape, axes):
@@ -300,28 +314,27 @@ def _reshape_lowering(ctx, x, *, new_sizes):
   return ctx.emit(f"stablehlo.reshape {x} : ({mlir_type(aval)}) -> {mlir_type(out)}")
 
 
-def _convert_lowering(ctx, x, *, new_dtype):
+def _convert_lowering(ctx, x, *, new_dtype, weak_type):
   (aval,), (out,) = ctx.avals_in, ctx.avals_out
   if np.dtype(new_dtype) == np.bool_ and aval.dtype != np.bool_:
     # NumPy's astype(bool) means "is nonzero"; say so explicitly.
     zero = ctx.broadcast_in_dim(ctx.constant(0, aval.dtype), aval.update(shape=()), aval.shape, [])
     t = mlir_type(aval)
-    kind = ("FLOAT" if np.issubdtype(aval.dtype, np.floating) else
-            "UNSIGNED" if np.issubdtype(aval.dtype, np.unsignedinteger) else "SIGNED")
-    return ctx.emit(f"stablehlo.compare NE, {x}, {zero}, {kind} : ({t}, {t}) -> {mlir_type(out)}")
+    return ctx.emit(f"stablehlo.compare NE, {x}, {zero}, {compare_kind(aval.dtype)} : "
+                    f"({t}, {t}) -> {mlir_type(out)}")
   return ctx.emit(f"stablehlo.convert {x} : ({mlir_type(aval)}) -> {mlir_type(out)}")
 
 
-register_lowering(lax.broadcast_p, _broadcast_lowering)
-register_lowering(lax.transpose_p, _transpose_lowering)
-register_lowering(lax.reshape_p, _reshape_lowering)
-register_lowering(lax.convert_element_type_p, _convert_lowering)
+lowering_rules[lax.broadcast_p] = _broadcast_lowering
+lowering_rules[lax.transpose_p] = _transpose_lowering
+lowering_rules[lax.reshape_p] = _reshape_lowering
+lowering_rules[lax.convert_element_type_p] = _convert_lowering
 
 
 def _dot_general_lowering(ctx, x, y, *, dimension_numbers):
   (lc, rc), (lb, rb) = dimension_numbers
   ax, ay = ctx.avals_in
-  dtype, _ = lax._binary_dtype("dot_general", ax, ay)
+  dtype, _ = lax.binary_dtype("dot_general", ax, ay)
   x, y = ctx.convert(x, ax, dtype), ctx.convert(y, ay, dtype)
   batch = f"batching_dims = {list(lb)} x {list(rb)}, " if lb else ""
   return ctx.emit(
@@ -330,4 +343,129 @@ def _dot_general_lowering(ctx, x, y, *, dimension_numbers):
       f"{mlir_type(ctx.avals_out[0])}")
 
 
-register_lowering(lax.dot_general_p, _dot_general_lowering)
+lowering_rules[lax.dot_general_p] = _dot_general_lowering
+
+
+# --- Rules of the NumPy-subset primitives ---------------------------------------------------
+
+lowering_rules[lax.stop_gradient_p] = lambda ctx, x: x   # only derivatives see it
+
+
+def _round_lowering(ctx, x, *, rounding_method):
+  op = "round_nearest_even" if rounding_method == lax.ROUND_TO_NEAREST_EVEN else "round_nearest_afz"
+  return ctx.emit(f"stablehlo.{op} {x} : {mlir_type(ctx.avals_out[0])}")
+
+
+def _integer_pow_lowering(ctx, x, *, y):
+  """Square-and-multiply: x**13 is x * x**4 * x**8, with 5 multiplications."""
+  (aval,) = ctx.avals_in
+  t = mlir_type(aval)
+  acc, base, n = None, x, abs(y)
+  while n:
+    if n & 1:
+      acc = base if acc is None else ctx.emit(f"stablehlo.multiply {acc}, {base} : {t}")
+    n >>= 1
+    if n:
+      base = ctx.emit(f"stablehlo.multiply {base}, {base} : {t}")
+  if acc is None:   # x**0
+    acc = ctx.broadcast_in_dim(ctx.constant(1, aval.dtype), aval.update(shape=()), aval.shape, [])
+  if y < 0:
+    one = ctx.broadcast_in_dim(ctx.constant(1, aval.dtype), aval.update(shape=()), aval.shape, [])
+    acc = ctx.emit(f"stablehlo.divide {one}, {acc} : {t}")
+  return acc
+
+
+lowering_rules[lax.round_p] = _round_lowering
+lowering_rules[lax.integer_pow_p] = _integer_pow_lowering
+
+
+def _arg_reduce_lowering(pick):
+  """argmax/argmin as three plain ops: the extreme value, a mask of where it
+  is (or of NaNs, which win as in NumPy), and the smallest index under it."""
+  def rule(ctx, x, *, axes, index_dtype):
+    (aval,), (out,) = ctx.avals_in, ctx.avals_out
+    t, it = mlir_type(aval), mlir_type(ShapedArray(aval.shape, index_dtype))
+    mask_t = mlir_type(ShapedArray(aval.shape, np.bool_))
+    extreme = (lax.lowest if pick == "maximum" else lax.highest)(aval.dtype)
+    ctx.avals_out = [aval.update(shape=out.shape)]
+    best = ctx.broadcast_in_dim(_reduce_lowering(ctx, x, axes, pick, extreme), ctx.avals_out[0],
+                                aval.shape, [i for i in range(aval.ndim) if i not in axes])
+    kind = compare_kind(aval.dtype)
+    at_best = ctx.emit(f"stablehlo.compare EQ, {x}, {best}, {kind} : ({t}, {t}) -> {mask_t}")
+    if aval.dtype.kind in "fc":
+      nan = ctx.emit(f"stablehlo.compare NE, {x}, {x}, FLOAT : ({t}, {t}) -> {mask_t}")
+      at_best = ctx.emit(f"stablehlo.or {at_best}, {nan} : {mask_t}")
+    iota = ctx.emit(f"stablehlo.iota dim = {axes[0]} : {it}")
+    big = ctx.broadcast_in_dim(ctx.constant(aval.shape[axes[0]], index_dtype),
+                               ShapedArray((), index_dtype), aval.shape, [])
+    idx = ctx.emit(f"stablehlo.select {at_best}, {iota}, {big} : {mask_t}, {it}")
+    ctx.avals_in, ctx.avals_out = [ShapedArray(aval.shape, index_dtype)], [out]
+    return _reduce_lowering(ctx, idx, axes, "minimum", lax.highest(index_dtype))
+  return rule
+
+
+lowering_rules[lax.argmax_p] = _arg_reduce_lowering("maximum")
+lowering_rules[lax.argmin_p] = _arg_reduce_lowering("minimum")
+
+
+def _cumsum_lowering(ctx, x, *, axis, reverse):
+  """A window as long as the axis slides along it: each output sums the
+  elements up to its own (padding with zeros on the side it comes from)."""
+  (aval,), (out,) = ctx.avals_in, ctx.avals_out
+  n, rank = aval.shape[axis], aval.ndim
+  scalar = mlir_type(ShapedArray((), aval.dtype))
+  zero = ctx.constant(0, aval.dtype)
+  window = [n if i == axis else 1 for i in range(rank)]
+  pads = [([0, n - 1] if reverse else [n - 1, 0]) if i == axis else [0, 0] for i in range(rank)]
+  pads_t = f"tensor<{rank}x2xi64>"
+  ones = ", ".join(["1"] * rank)
+  result, a, b, body = ctx.fresh(), ctx.fresh(), ctx.fresh(), ctx.fresh()
+  ctx.emit(f'{result} = "stablehlo.reduce_window"({x}, {zero}) <{{'
+           f"window_dimensions = array<i64: {', '.join(map(str, window))}>, "
+           f"window_strides = array<i64: {ones}>, padding = dense<{pads}> : {pads_t}}}> ({{\n"
+           f"    ^bb0({a}: {scalar}, {b}: {scalar}):\n"
+           f"      {body} = stablehlo.add {a}, {b} : {scalar}\n"
+           f"      stablehlo.return {body} : {scalar}\n"
+           f"    }}) : ({mlir_type(aval)}, {scalar}) -> {mlir_type(out)}", result=False)
+  return result
+
+
+lowering_rules[lax.cumsum_p] = _cumsum_lowering
+
+
+def _concatenate_lowering(ctx, *xs, dimension):
+  ins = ", ".join(mlir_type(a) for a in ctx.avals_in)
+  return ctx.emit(f"stablehlo.concatenate {', '.join(xs)}, dim = {dimension} : ({ins}) -> "
+                  f"{mlir_type(ctx.avals_out[0])}")
+
+
+def _pad_lowering(ctx, x, value, *, padding_config):
+  (ax, av), (out,) = ctx.avals_in, ctx.avals_out
+  lo, hi, mid = ([c[i] for c in padding_config] for i in range(3))
+  return ctx.emit(f"stablehlo.pad {x}, {value}, low = {lo}, high = {hi}, interior = {mid} : "
+                  f"({mlir_type(ax)}, {mlir_type(av)}) -> {mlir_type(out)}")
+
+
+def _slice_lowering(ctx, x, *, start_indices, limit_indices, strides):
+  spans = ", ".join(f"{a}:{b}:{s}" for a, b, s in zip(start_indices, limit_indices, strides))
+  return ctx.emit(f"stablehlo.slice {x} [{spans}] : ({mlir_type(ctx.avals_in[0])}) -> "
+                  f"{mlir_type(ctx.avals_out[0])}")
+
+
+def _dynamic_slice_lowering(ctx, x, *starts, slice_sizes):
+  ins = ", ".join(mlir_type(a) for a in ctx.avals_in)
+  return ctx.emit(f"stablehlo.dynamic_slice {x}, {', '.join(starts)}, sizes = "
+                  f"{list(slice_sizes)} : ({ins}) -> {mlir_type(ctx.avals_out[0])}")
+
+
+def _dynamic_update_slice_lowering(ctx, x, update, *starts):
+  ins = ", ".join(mlir_type(a) for a in ctx.avals_in)
+  return ctx.emit(f"stablehlo.dynamic_update_slice {x}, {update}, {', '.join(starts)} : "
+                  f"({ins}) -> {mlir_type(ctx.avals_out[0])}")
+
+
+lowering_rules[lax.concatenate_p] = _concatenate_lowering
+lowering_rules[lax.pad_p] = _pad_lowering
+lowering_rules[lax.slice_p] = _slice_lowering
+lowering_rules[lax.dynamic_slice_p] = _dynamic_slice_lowering
+lowering_rules[lax.dynamic_update_slice_p] = _dynamic_update_slice_lowering

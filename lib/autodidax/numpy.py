@@ -1,8 +1,10 @@
 """A small NumPy-flavoured layer over `autodidax.lax`, like `jax.numpy`.
 
 lax is strict (equal shapes, explicit dtypes); here we add NumPy's habits:
-broadcasting, dtype promotion with weakly-typed Python scalars (`x * 2.`
-keeps x's float32), reductions over `axis=None`, and the operators of Tracers.
+broadcasting, dtype promotion as JAX does it (its lattice, in
+`autodidax.dtypes`, with weakly-typed Python scalars: `x * 2.` keeps x's
+float32), reductions over `axis=None`, indexing, and the operators of Tracers.
+A jax.numpy function that is not here raises an error saying so.
 """
 from __future__ import annotations
 
@@ -10,42 +12,39 @@ import builtins
 
 import numpy as _np
 
-from . import lax
-from .core import Tracer, is_array
+from . import dtypes, lax
+from .core import ConcretizationError, Tracer, is_array
 from .util import canonicalize_axis
 
-float32, float64, int32, int64, bool_ = (
-    _np.float32, _np.float64, _np.int32, _np.int64, _np.bool_)
-pi, e, inf, nan = _np.pi, _np.e, _np.inf, _np.nan
+float16, float32, float64 = _np.float16, _np.float32, _np.float64
+int8, int16, int32, int64 = _np.int8, _np.int16, _np.int32, _np.int64
+uint8, uint16, uint32, uint64 = _np.uint8, _np.uint16, _np.uint32, _np.uint64
+bool_, complex64, complex128 = _np.bool_, _np.complex64, _np.complex128
+pi, e, inf, nan, newaxis = _np.pi, _np.e, _np.inf, _np.nan, None
 shape, ndim, size = _np.shape, _np.ndim, _np.size
+promote_types = dtypes.promote_types
 
 _PY_SCALARS = (bool, int, float)
-
-
-_WEAK_STANDIN = {"b": False, "i": 0, "u": 0, "f": 0.0, "c": 0j}
+_PY_TYPE = {"b": bool, "i": int, "u": int, "f": float, "c": complex}
 
 
 def _dtype_of(x):
-  """A dtype, or a Python scalar for weakly-typed values (NumPy treats those
-  as weak too: they adopt the other operand's dtype)."""
-  if type(x) in _PY_SCALARS:
-    return x
-  if isinstance(x, Tracer) or _is_weak(x):   # a tracer, or a weakly-typed device Array
-    aval = x.aval
-    return _WEAK_STANDIN[aval.dtype.kind] if aval.weak_type else aval.dtype
-  if not is_array(x):
+  if not is_array(x) and not hasattr(x, "aval"):
     raise TypeError(f"autodidax.numpy can't use a value of type "
                     f"{type(x).__name__}: {x!r:.60}")
-  return _np.result_type(x)
+  return dtypes.dtype_and_weak(x)
 
 
 def result_type(*xs):
-  return _np.result_type(*(_dtype_of(x) for x in xs))
+  """The dtype JAX's promotion lattice gives `xs` (see autodidax.dtypes)."""
+  return dtypes.join_types(*(_dtype_of(x) for x in xs))[0]
 
 
 def asarray(x, dtype=None):
   if isinstance(x, Tracer):
     return x if dtype is None else astype(x, dtype)
+  if isinstance(x, (list, tuple)) and any(isinstance(v, Tracer) for v in x):
+    return stack([asarray(v) for v in x]) if dtype is None else astype(stack(x), dtype)
   return _np.asarray(x, dtype)
 
 
@@ -53,21 +52,40 @@ array = asarray
 
 
 def astype(x, dtype):
-  dtype = _np.dtype(dtype)
+  return _as_type(x, _np.dtype(dtype), False)
+
+
+def _as_type(x, dtype, weak):
+  """`x` converted to `dtype` (weakly typed if `weak`), as JAX converts:
+  out-of-range integers wrap around, floats to bool test for nonzero."""
   if type(x) in _PY_SCALARS:
-    return dtype.type(x)
-  return x if _np.result_type(_dtype_of(x)) == dtype else lax.convert_element_type(x, dtype)
+    if weak:
+      return _PY_TYPE[dtype.kind](x)   # stays a Python scalar: weakly typed
+    with _np.errstate(over="ignore", invalid="ignore"):
+      return _np.array(x).astype(dtype)[()]
+  if _dtype_of(x) == (dtype, weak):
+    return x
+  return lax.convert_element_type(x, dtype, weak)
 
 
 def _is_weak(x) -> bool:
-  return type(x) in _PY_SCALARS or getattr(getattr(x, "aval", None), "weak_type", False)
+  return type(x) in (int, float) or getattr(getattr(x, "aval", None), "weak_type", False)
 
 
 def _promote(*xs):
-  if all(_is_weak(x) for x in xs):
-    return list(xs)   # all weakly typed: lax promotes them, and the result stays weak (as JAX)
-  dtype = result_type(*xs)
-  return [astype(x, dtype) for x in xs]
+  """Convert `xs` to their common dtype, as JAX's promotion lattice says. A
+  weakly typed operand already of that dtype needs no conversion: lax ops
+  take weak and strong operands together (as in JAX's jaxprs)."""
+  types = [_dtype_of(x) for x in xs]
+  dtype, weak = dtypes.join_types(*types)
+  return [x if t[0] == dtype and not weak else _as_type(x, dtype, weak)
+          for x, t in zip(xs, types)]
+
+
+def _promote_inexact(*xs):
+  """Like _promote, but integers and bools go to a float (for sin, /, sqrt)."""
+  dtype, weak = dtypes.join_types(*(_dtype_of(x) for x in xs))
+  return [_as_type(x, dtypes.to_inexact(dtype), weak) for x in xs]
 
 
 def broadcast_to(x, shape):
@@ -92,7 +110,9 @@ def _weak(out, *xs):
   return out
 
 
-def _binary(op):
+def _binary(op, bool_op=None):
+  """A NumPy-style binary function from a lax one: promote, then broadcast.
+  `bool_op` replaces `op` on bools (add is `or` there, multiply `and`)."""
   def fn(x, y):
     # Fast paths (the common cases while tracing): two tracers of one type, or
     # a strong float tracer and a Python float. Same result as the general path.
@@ -100,7 +120,8 @@ def _binary(op):
       ax = x.aval
       if isinstance(y, Tracer):
         ay = y.aval
-        if ax.shape == ay.shape and ax.dtype == ay.dtype and ax.weak_type == ay.weak_type:
+        if (ax.shape == ay.shape and ax.dtype == ay.dtype and ax.weak_type == ay.weak_type
+            and ax.dtype.kind != "b"):
           return op(x, y)
       elif type(y) is float and ax.dtype.kind == "f" and not ax.weak_type:
         return op(x, ax.dtype.type(y))
@@ -109,48 +130,90 @@ def _binary(op):
       if ay.dtype.kind == "f" and not ay.weak_type:
         return op(ay.dtype.type(x), y)
     x0, y0 = x, y
-    x, y = _promote(x, y)
-    out_shape = _np.broadcast_shapes(_np.shape(x), _np.shape(y))
-    # Rank-0 operands need no broadcast: lax lets a scalar stand for all.
-    if _np.ndim(x) and _np.shape(x) != out_shape:
-      x = broadcast_to(x, out_shape)
-    if _np.ndim(y) and _np.shape(y) != out_shape:
-      y = broadcast_to(y, out_shape)
-    return _weak(op(x, y), x0, y0)
+    x, y = _broadcast_arrays(*_promote(x, y))
+    use = bool_op if bool_op is not None and result_type(x, y) == _np.bool_ else op
+    return _weak(use(x, y), x0, y0)
   fn.__name__ = op.__name__
   return fn
 
 
-add, subtract, multiply, maximum = map(_binary, (lax.add, lax.sub, lax.mul, lax.max))
+def _broadcast_arrays(*xs):
+  """NumPy broadcasting; rank-0 operands stay as they are (lax lets a scalar
+  stand for all elements)."""
+  out_shape = _np.broadcast_shapes(*map(_np.shape, xs))
+  return [broadcast_to(x, out_shape) if _np.ndim(x) and _np.shape(x) != out_shape else x
+          for x in xs]
+
+
+add = _binary(lax.add, lax.bitwise_or)
+multiply = _binary(lax.mul, lax.bitwise_and)
+subtract, maximum, minimum = _binary(lax.sub), _binary(lax.max), _binary(lax.min)
 greater, less = _binary(lax.greater), _binary(lax.less)
 greater_equal, less_equal = _binary(lax.greater_equal), _binary(lax.less_equal)
-_divide = _binary(lax.div)
+equal, not_equal = _binary(lax.eq), _binary(lax.ne)
+bitwise_and, bitwise_or = _binary(lax.bitwise_and), _binary(lax.bitwise_or)
+bitwise_xor = _binary(lax.bitwise_xor)
+_divide, _rem = _binary(lax.div), _binary(lax.rem)
 
 
 def divide(x, y):
-  """True division: integers are divided as floats, as in NumPy."""
-  if _np.issubdtype(result_type(x, y), _np.integer):
-    return _weak(_divide(astype(x, float64), astype(y, float64)), x, y)
-  return _divide(x, y)
+  """True division: integers and bools are divided as floats (int32 as float32)."""
+  x0, y0 = x, y
+  return _weak(_divide(*_promote_inexact(x, y)), x0, y0)
 
 
 true_divide = divide
 
 
-def minimum(x, y):
-  return negative(maximum(negative(x), negative(y)))
+def floor_divide(x, y):
+  """`x // y`: division rounded down (lax.div rounds toward zero)."""
+  x, y = _broadcast_arrays(*_promote(x, y))
+  if result_type(x, y).kind in "fc":
+    return floor(_divide(x, y))
+  q = _divide(x, y)
+  # Toward zero differs from down where the signs differ and it isn't exact.
+  inexact = logical_and(not_equal(_rem(x, y), 0), not_equal(less(x, 0), less(y, 0)))
+  return subtract(q, astype(inexact, result_type(q)))
+
+
+def remainder(x, y):
+  """`x % y`: the remainder with the sign of `y`, as Python's."""
+  x, y = _broadcast_arrays(*_promote(x, y))
+  r = _rem(x, y)
+  wrong_sign = logical_and(not_equal(r, 0), not_equal(less(r, 0), less(y, 0)))
+  return add(r, multiply(astype(wrong_sign, result_type(r)), y))
+
+
+mod = remainder
+
+
+def logical_and(x, y): return bitwise_and(astype(x, bool), astype(y, bool))
+def logical_or(x, y): return bitwise_or(astype(x, bool), astype(y, bool))
+def logical_xor(x, y): return bitwise_xor(astype(x, bool), astype(y, bool))
+def logical_not(x): return lax.bitwise_not(astype(x, bool))
+
+
+def invert(x):
+  """`~x`: logical not on bools, bitwise not on integers."""
+  if result_type(x).kind not in "biu":
+    raise TypeError(f"invert (~) needs bool or integer operands, got {result_type(x).name}")
+  return _weak(lax.bitwise_not(x), x)
+
+
+bitwise_not = invert
 
 
 def _unary(op):
+  """A float function (sin, sqrt, ...): integers and bools become floats first."""
   def fn(x):
-    if _np.issubdtype(result_type(x), _np.integer):
-      return _weak(op(astype(x, float64)), x)
-    return _weak(op(x), x)
+    (x1,) = _promote_inexact(x)
+    return _weak(op(x1), x)
   fn.__name__ = op.__name__
   return fn
 
 
 sin, cos, exp, log, tanh = map(_unary, (lax.sin, lax.cos, lax.exp, lax.log, lax.tanh))
+sqrt, rsqrt = _unary(lax.sqrt), _unary(lax.rsqrt)
 
 
 def negative(x):
@@ -158,31 +221,70 @@ def negative(x):
 
 
 def abs(x):  # noqa: A001
-  return maximum(x, negative(x))
+  if result_type(x).kind in "bu":   # already nonnegative
+    return x
+  return _weak(lax.abs(x), x)
+
+
+absolute = abs
+
+
+def sign(x):
+  if result_type(x).kind in "bu":
+    return astype(not_equal(x, 0), result_type(x))
+  return _weak(lax.sign(x), x)
+
+
+def floor(x):
+  return x if result_type(x).kind in "biu" else _weak(lax.floor(x), x)
+
+
+def round(x, decimals: int = 0):  # noqa: A001
+  """Round half to even, as NumPy (and jnp.round)."""
+  if result_type(x).kind in "biu":
+    return x
+  if decimals == 0:
+    return _weak(lax.round(x, lax.ROUND_TO_NEAREST_EVEN), x)
+  scale = 10. ** decimals
+  return divide(round(multiply(x, scale)), scale)
 
 
 def square(x):
   return multiply(x, x)
 
 
-def sqrt(x):
-  return power(x, 0.5)
+def where(condition, x=None, y=None):
+  """`x` where `condition` holds, else `y` (elementwise; all three broadcast)."""
+  if x is None or y is None:
+    raise TypeError("where(condition) with one argument is not in autodidax (its "
+                    "output shape depends on the data); pass x and y")
+  x, y = _promote(x, y)
+  c, x, y = _broadcast_arrays(astype(condition, bool), x, y)
+  c, x, y = _broadcast_arrays(c, *_broadcast_arrays(x, y))
+  if _np.ndim(c) and _np.shape(x) != _np.shape(c):   # lax.select_n: cases shaped like `which`
+    x, y = broadcast_to(x, _np.shape(c)), broadcast_to(y, _np.shape(c))
+  return lax.select_n(c, y, x)
+
+
+def clip(x, min=None, max=None):  # noqa: A002
+  """`x` limited to [min, max] (either may be None)."""
+  if min is not None:
+    x = maximum(x, min)
+  if max is not None:
+    x = minimum(x, max)
+  return x
 
 
 def power(x, y):
-  """`x ** y`: repeated multiplication for integer `y`, exp(y log x) otherwise."""
+  """`x ** y`: integer_pow for a Python int `y`, else the pow primitive."""
   if type(y) is int:
-    if y < 0:
-      return divide(1., power(x, -y))
-    acc, base = ones_like(x), x
-    while y:                      # square-and-multiply
-      if y & 1:
-        acc = multiply(acc, base)
-      y >>= 1
-      if y:
-        base = multiply(base, base)
-    return acc
-  return exp(multiply(y, log(x)))
+    return _weak(lax.integer_pow(x, y), x)
+  x0, y0 = x, y
+  x, y = _broadcast_arrays(*_promote(x, y))
+  if result_type(x, y).kind not in "fc":
+    raise TypeError("power: an integer array to an integer array power is not in "
+                    "autodidax; use a Python int exponent, or convert to floats")
+  return _weak(lax.pow(x, y), x0, y0)
 
 
 def _axes(x, axis):
@@ -196,26 +298,102 @@ def _keepdims(out, x, axes):
   return lax.reshape(out, [1 if i in axes else d for i, d in enumerate(_np.shape(x))])
 
 
-def sum(x, axis=None, keepdims=False):  # noqa: A001
+def _reduction(reduce, x, axis, keepdims, dtype):
   axes = _axes(x, axis)
-  out = lax.reduce_sum(x, axes)
+  x = astype(x, dtype) if dtype is not None and result_type(x) != dtype else x
+  out = reduce(x, axes)
   return _keepdims(out, x, axes) if keepdims else out
+
+
+def sum(x, axis=None, keepdims=False, dtype=None):  # noqa: A001
+  """Sum over `axis`; bools and small integers are summed as 64-bit, as JAX."""
+  return _reduction(lax.reduce_sum, x, axis, keepdims,
+                    dtype or dtypes.sum_dtype(result_type(x)))
+
+
+def prod(x, axis=None, keepdims=False, dtype=None):
+  return _reduction(lax.reduce_prod, x, axis, keepdims,
+                    dtype or dtypes.sum_dtype(result_type(x)))
+
+
+def _no_empty(name, x, axis):
+  if any(_np.shape(x)[a] == 0 for a in _axes(x, axis)):
+    raise ValueError(f"zero-size array to reduction operation {name} which has no identity")
 
 
 def max(x, axis=None, keepdims=False):  # noqa: A001
-  axes = _axes(x, axis)
-  out = lax.reduce_max(x, axes)
-  return _keepdims(out, x, axes) if keepdims else out
+  _no_empty("max", x, axis)
+  return _reduction(lax.reduce_max, x, axis, keepdims, None)
 
 
 def min(x, axis=None, keepdims=False):  # noqa: A001
-  return negative(max(negative(x), axis, keepdims))
+  _no_empty("min", x, axis)
+  return _reduction(lax.reduce_min, x, axis, keepdims, None)
+
+
+amax, amin = max, min
 
 
 def mean(x, axis=None, keepdims=False):
+  """The mean, in a float dtype (int32 and bool give float32, as JAX)."""
   axes = _axes(x, axis)
   count = int(_np.prod([_np.shape(x)[a] for a in axes], dtype=int))
-  return divide(sum(x, axis, keepdims), float(count))
+  total = _reduction(lax.reduce_sum, x, axis, keepdims, dtypes.to_inexact(result_type(x)))
+  return divide(total, float(count))
+
+
+def _arg_reduce(lax_fn, x, axis, keepdims):
+  if axis is None:
+    x, axis = reshape(x, -1), 0
+  axis = canonicalize_axis(axis, _np.ndim(x))
+  if _np.shape(x)[axis] == 0:
+    raise ValueError("attempt to get argmax/argmin of an empty sequence")
+  out = lax_fn(x, axis, int64)
+  return _keepdims(out, x, (axis,)) if keepdims else out
+
+
+def argmax(x, axis=None, keepdims=False):
+  return _arg_reduce(lax.argmax, x, axis, keepdims)
+
+
+def argmin(x, axis=None, keepdims=False):
+  return _arg_reduce(lax.argmin, x, axis, keepdims)
+
+
+def cumsum(x, axis=None, dtype=None):
+  """Running sums (of the flattened array when `axis` is None); bools count as int64."""
+  if axis is None:
+    x, axis = reshape(x, -1), 0
+  dtype = dtype or (int64 if result_type(x) == _np.bool_ else None)
+  return lax.cumsum(astype(x, dtype) if dtype else x, axis)
+
+
+# --- Building arrays -----------------------------------------------------------------------
+
+def _static(name, *values):
+  for v in values:
+    if isinstance(v, Tracer):
+      raise ConcretizationError(v, f"the arguments of {name}")
+
+
+def _shape_tuple(shape):
+  return (int(shape),) if isinstance(shape, (int, _np.integer)) else tuple(map(int, shape))
+
+
+def zeros(shape, dtype=None):
+  return _np.zeros(_shape_tuple(shape), dtype or float64)
+
+
+def ones(shape, dtype=None):
+  return _np.ones(_shape_tuple(shape), dtype or float64)
+
+
+def full(shape, fill_value, dtype=None):
+  shape = _shape_tuple(shape)
+  if isinstance(fill_value, Tracer):
+    fill = fill_value if dtype is None else astype(fill_value, dtype)
+    return broadcast_to(fill, shape)
+  return _np.full(shape, fill_value, dtype or result_type(fill_value))
 
 
 def zeros_like(x, dtype=None):
@@ -226,8 +404,53 @@ def ones_like(x, dtype=None):
   return _np.ones(_np.shape(x), dtype or result_type(x))
 
 
+def full_like(x, fill_value, dtype=None):
+  return full(_np.shape(x), fill_value, dtype or result_type(x))
+
+
+def arange(start, stop=None, step=None, dtype=None):
+  """Evenly spaced values; the bounds must be concrete (the size is static)."""
+  _static("arange", start, stop, step)
+  args = [a for a in (start, stop, step) if a is not None]
+  kind = "f" if any(isinstance(a, float) or _np.result_type(a).kind == "f" for a in args) else "i"
+  return _np.arange(*args, dtype=dtype or (float64 if kind == "f" else int64))
+
+
+def linspace(start, stop, num=50, endpoint=True, dtype=None):
+  _static("linspace", start, stop, num)
+  return _np.linspace(start, stop, int(num), endpoint=endpoint, dtype=dtype or float64)
+
+
+def eye(N, M=None, k=0, dtype=None):  # noqa: N803 (NumPy's names)
+  return _np.eye(N, M, k, dtype=dtype or float64)
+
+
+def concatenate(arrays, axis=0):
+  arrays = list(arrays)
+  if axis is None:
+    arrays, axis = [reshape(a, -1) for a in arrays], 0
+  arrays = _promote(*arrays)
+  arrays = [a if _np.ndim(a) else _np.asarray(a) for a in arrays]
+  if builtins.any(_np.ndim(a) == 0 for a in arrays):
+    raise ValueError("concatenate: zero-dimensional arrays can't be concatenated")
+  return lax.concatenate(arrays, canonicalize_axis(axis, _np.ndim(arrays[0])))
+
+
+def stack(arrays, axis=0):
+  arrays = list(arrays)
+  if not arrays:
+    raise ValueError("need at least one array to stack")
+  nd = _np.ndim(arrays[0]) + 1
+  return concatenate([expand_dims(a, axis) for a in _promote(*arrays)],
+                     canonicalize_axis(axis, nd))
+
+
+# --- Shapes ----------------------------------------------------------------------------------
+
 def transpose(x, axes=None):
-  return lax.transpose(x, tuple(reversed(range(_np.ndim(x)))) if axes is None else axes)
+  n = _np.ndim(x)
+  axes = tuple(reversed(range(n))) if axes is None else tuple(canonicalize_axis(a, n) for a in axes)
+  return lax.transpose(x, axes)
 
 
 def reshape(x, newshape):
@@ -239,6 +462,10 @@ def reshape(x, newshape):
   return lax.reshape(x, newshape)
 
 
+def ravel(x):
+  return reshape(x, -1)
+
+
 def moveaxis(x, source: int, destination: int):
   n = _np.ndim(x)
   source, destination = canonicalize_axis(source, n), canonicalize_axis(destination, n)
@@ -247,10 +474,15 @@ def moveaxis(x, source: int, destination: int):
   return lax.transpose(x, perm)
 
 
-def expand_dims(x, axis: int):
-  shape = list(_np.shape(x))
-  shape.insert(canonicalize_axis(axis, len(shape) + 1), 1)
-  return lax.reshape(x, shape)
+def expand_dims(x, axis):
+  axes = (axis,) if isinstance(axis, (int, _np.integer)) else tuple(axis)
+  return lax.expand_dims(x, axes)
+
+
+def squeeze(x, axis=None):
+  if axis is None:
+    axis = [i for i, d in enumerate(_np.shape(x)) if d == 1]
+  return lax.squeeze(x, (axis,) if isinstance(axis, (int, _np.integer)) else axis)
 
 
 def dot(a, b):
@@ -280,6 +512,67 @@ def matmul(a, b):
   return lax.dot_general(a, b, (((nbatch + 1,), (nbatch,)), (batch, batch)))
 
 
+# --- Indexing ------------------------------------------------------------------------------
+
+def _getitem(x, idx):
+  """`x[idx]` for ints (static or traced), slices with static bounds, None
+  and `...`: one `slice`, then one `dynamic_slice` for traced indices, then
+  a reshape that drops the indexed axes and adds the new ones."""
+  idx = idx if isinstance(idx, tuple) else (idx,)
+  shape = _np.shape(x)
+  for i in idx:
+    if not (i is None or i is Ellipsis or isinstance(i, builtins.slice)
+            or type(i) is int or isinstance(i, _np.integer) or _is_int_scalar(i)):
+      raise TypeError(f"autodidax indexes with ints, slices, None and ... only, got "
+                      f"{i!r:.60}; use lax.dynamic_slice, or where() for masks")
+  if builtins.sum(i is Ellipsis for i in idx) > 1:
+    raise IndexError("an index can only have a single ellipsis ('...')")
+  used = builtins.sum(i is not None and i is not Ellipsis for i in idx)
+  if used > len(shape):
+    raise IndexError(f"too many indices for an array of rank {len(shape)}")
+  # `...` stands for as many full slices as needed; so do missing trailing ones.
+  k = next((j for j, i in enumerate(idx) if i is Ellipsis), len(idx))
+  idx = idx[:k] + (builtins.slice(None),) * (len(shape) - used) + idx[k + 1:]
+  start, limit, strides, dyn, out_shape, axis = [], [], [], {}, [], 0
+  for i in idx:
+    if i is None:
+      out_shape.append(1)
+      continue
+    d = shape[axis]
+    if isinstance(i, builtins.slice):
+      a, b, s = i.indices(d)
+      if s < 0:
+        raise IndexError("autodidax supports only positive slice steps")
+      n = builtins.max(0, -(-(b - a) // s))
+      start.append(a); limit.append(a + (n - 1) * s + 1 if n else a); strides.append(s)
+      out_shape.append(n)
+    elif isinstance(i, Tracer):
+      start.append(0); limit.append(d); strides.append(1)
+      dyn[axis] = i
+    else:
+      i = int(i)
+      if not -d <= i < d:
+        raise IndexError(f"index {i} is out of bounds for axis {axis} with size {d}")
+      i %= d
+      start.append(i); limit.append(i + 1); strides.append(1)
+    axis += 1
+  if (start, limit, strides) != ([0] * len(shape), list(shape), [1] * len(shape)):
+    x = lax.slice(x, start, limit, strides)
+  if dyn:
+    sizes = list(_np.shape(x))
+    starts = [_np.int64(0)] * len(sizes)
+    for a, i in dyn.items():
+      sizes[a] = 1
+      starts[a] = i
+    x = lax.dynamic_slice(x, starts, sizes)
+  return x if _np.shape(x) == tuple(out_shape) else lax.reshape(x, out_shape)
+
+
+def _is_int_scalar(i) -> bool:
+  aval = getattr(i, "aval", None)
+  return aval is not None and aval.shape == () and aval.dtype.kind in "iu"
+
+
 # --- Operators and methods of Tracers (as jax/_src/numpy/array_methods.py) -----------
 
 def _swap(f):
@@ -297,22 +590,49 @@ def _reduction_method(fn):
   return method
 
 
-def _install_tracer_methods(cls):
+def _iter(x):
+  if not _np.shape(x):
+    raise TypeError("iteration over a 0-d array")
+  return (_getitem(x, i) for i in range(_np.shape(x)[0]))
+
+
+def install_tracer_methods(cls):
   cls.__add__, cls.__radd__ = add, _swap(add)
   cls.__sub__, cls.__rsub__ = subtract, _swap(subtract)
   cls.__mul__, cls.__rmul__ = multiply, _swap(multiply)
   cls.__truediv__, cls.__rtruediv__ = divide, _swap(divide)
+  cls.__floordiv__, cls.__rfloordiv__ = floor_divide, _swap(floor_divide)
+  cls.__mod__, cls.__rmod__ = remainder, _swap(remainder)
   cls.__pow__, cls.__rpow__ = power, _swap(power)
   cls.__matmul__, cls.__rmatmul__ = matmul, _swap(matmul)
+  cls.__and__, cls.__rand__ = bitwise_and, _swap(bitwise_and)
+  cls.__or__, cls.__ror__ = bitwise_or, _swap(bitwise_or)
+  cls.__xor__, cls.__rxor__ = bitwise_xor, _swap(bitwise_xor)
+  cls.__invert__ = invert
   cls.__neg__ = negative
   cls.__pos__ = lambda self: self
+  cls.__abs__ = abs
   cls.__gt__, cls.__lt__ = greater, less
   cls.__ge__, cls.__le__ = greater_equal, less_equal
+  cls.__eq__, cls.__ne__ = equal, not_equal
+  cls.__hash__ = None   # arrays compare elementwise, so they can't be dict keys
+  cls.__getitem__ = _getitem
   cls.T = property(transpose)
-  cls.sum, cls.max, cls.mean = map(_reduction_method, (sum, max, mean))
+  cls.sum, cls.max, cls.min, cls.mean, cls.prod = map(
+      _reduction_method, (sum, max, min, mean, prod))
+  cls.argmax = lambda self, axis=None, keepdims=False: argmax(self, axis, keepdims)
+  cls.argmin = lambda self, axis=None, keepdims=False: argmin(self, axis, keepdims)
   cls.reshape = lambda self, *shape: reshape(
       self, shape[0] if len(shape) == 1 and not isinstance(shape[0], int) else shape)
   cls.astype = astype
+  cls.squeeze = squeeze
+  cls.ravel = ravel
+  cls.clip = clip
 
 
-_install_tracer_methods(Tracer)
+install_tracer_methods(Tracer)
+Tracer.__iter__ = _iter   # (device Arrays iterate over their fetched values)
+
+
+def __getattr__(name):
+  raise lax.not_in_autodidax("jax.numpy", name)

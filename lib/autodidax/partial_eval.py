@@ -147,8 +147,13 @@ class PartialVal(NamedTuple):
   def unknown(cls, aval):
     return cls(raise_to_shaped(aval), None)
 
-  is_known = property(lambda self: self.const is not None)
-  is_unknown = property(lambda self: self.const is None)
+  @property
+  def is_known(self) -> bool:
+    return self.const is not None
+
+  @property
+  def is_unknown(self) -> bool:
+    return self.const is None
 
 
 # Recipes: how an unknown tracer will be computed once the unknowns are known.
@@ -172,19 +177,19 @@ class JaxprEqnRecipe(NamedTuple):
 
 
 class PartialEvalTracer(Tracer):
+  """A partially known value: `pval` says what is known, and for an unknown
+  one `recipe` says how it will be computed."""
   __slots__ = ["pval", "recipe", "__weakref__"]
 
   def __init__(self, trace, pval: PartialVal, recipe):
     self._trace, self.pval, self.recipe = trace, pval, recipe
 
   @property
-  def aval(self):
-    return self.pval.aval
+  def aval(self):   # a known value keeps its value: int(x) works under grad
+    return get_aval(self.pval.const) if self.pval.is_known else self.pval.aval
 
-  def full_lower(self):
-    if self.pval.is_known:
-      return full_lower(self.pval.const)
-    return self
+  def full_lower(self):   # a known value needs no box
+    return full_lower(self.pval.const) if self.pval.is_known else self
 
 
 class PartialEvalTrace(Trace):
@@ -202,7 +207,9 @@ class PartialEvalTrace(Trace):
     return PartialEvalTracer(self, PartialVal.unknown(tracer.aval), ConstRecipe(tracer.pval.const))
 
   def process_primitive(self, primitive, tracers, params):
-    if all(t.pval.is_known for t in tracers):   # known inputs: just compute
+    """Known inputs: compute now. Else a rule splits the work, or, by
+    default, the whole primitive is staged."""
+    if all(t.pval.is_known for t in tracers):
       outs = primitive.bind(*(t.pval.const for t in tracers), **params)
       return [self.pure(x) for x in (outs if primitive.multiple_results else [outs])]
     rule = partial_eval_rules.get(primitive)
@@ -234,19 +241,15 @@ def partial_eval_flat(f, pvals_in: list, instantiate=None) -> tuple[Jaxpr, list,
   `instantiate` may also be a function of the number of outputs."""
   with new_main(PartialEvalTrace) as main:
     trace = PartialEvalTrace(main)
-    tracers_in = [trace.new_arg(pval) for pval in pvals_in]
-    outs = f(*tracers_in)
-    tracers_out = [full_raise(trace, out) for out in outs]
+    ins = [trace.new_arg(pval) for pval in pvals_in]
+    outs = [full_raise(trace, y) for y in f(*ins)]
     if callable(instantiate):
-      instantiate = instantiate(len(tracers_out))
+      instantiate = instantiate(len(outs))
     if instantiate is not None:
-      tracers_out = [trace.instantiate_const(t) if inst else t
-                     for t, inst in zip(tracers_out, instantiate)]
-    pvals_out = [t.pval for t in tracers_out]
-    unk_in = [t for t in tracers_in if t.pval.is_unknown]
-    unk_out = [t for t in tracers_out if t.pval.is_unknown]
-    jaxpr, consts = tracers_to_jaxpr(unk_in, unk_out)
-  return jaxpr, pvals_out, consts
+      outs = [trace.instantiate_const(t) if inst else t for t, inst in zip(outs, instantiate)]
+    unknown = lambda tracers: [t for t in tracers if t.pval.is_unknown]
+    jaxpr, consts = tracers_to_jaxpr(unknown(ins), unknown(outs))
+  return jaxpr, [t.pval for t in outs], consts
 
 
 def tracer_parents(t: PartialEvalTracer) -> list:
@@ -256,37 +259,36 @@ def tracer_parents(t: PartialEvalTracer) -> list:
 def tracers_to_jaxpr(tracers_in: list, tracers_out: list) -> tuple[Jaxpr, list]:
   """Walk the recipe DAG from the outputs and write its equations in
   dependency order. Scalar constants become literals, others constvars."""
-  tracer_to_var = {id(t): Var(t.aval) for t in tracers_in}
-  const_to_var: dict = {}        # id(value) -> Var or Lit
-  constvars, consts = [], []
-  processed: set = set()
-  eqns = []
+  atoms = {id(t): Var(t.aval) for t in tracers_in}   # id(tracer) -> its Var or Lit
+  const_atoms: dict = {}   # id(value) -> its Var or Lit: each constant appears once
+  constvars, consts, eqns, written = [], [], [], set()
+
+  def const_atom(val):
+    if id(val) not in const_atoms:
+      if np.ndim(val) == 0 and not isinstance(val, Tracer):
+        const_atoms[id(val)] = Lit(val)
+      else:
+        const_atoms[id(val)] = var = Var(get_aval(val))
+        constvars.append(var)
+        consts.append(val)
+    return const_atoms[id(val)]
+
   for t in toposort(tracers_out, tracer_parents):
-    if isinstance(t.recipe, LambdaBindingRecipe):
-      assert id(t) in tracer_to_var, "an input of the function was not an input"
-    elif isinstance(t.recipe, ConstRecipe):
-      val = t.recipe.val
-      atom = const_to_var.get(id(val))
-      if atom is None:
-        if np.ndim(val) == 0 and not isinstance(val, Tracer):
-          atom = Lit(val)
-        else:
-          atom = Var(get_aval(val))
-          constvars.append(atom)
-          consts.append(val)
-        const_to_var[id(val)] = atom
-      tracer_to_var[id(t)] = atom
-    elif isinstance(t.recipe, JaxprEqnRecipe) and id(t.recipe) not in processed:
-      processed.add(id(t.recipe))
-      r = t.recipe
-      ins = [tracer_to_var[id(x)] for x in r.tracers_in]
-      outs = [Var(a) for a in r.avals_out]
-      for ref, v in zip(r.tracer_refs_out, outs):
-        if ref() is not None:
-          tracer_to_var[id(ref())] = v
-      eqns.append(JaxprEqn(r.prim, ins, r.params, outs))
-  jaxpr = Jaxpr(constvars, [tracer_to_var[id(t)] for t in tracers_in], eqns,
-                [tracer_to_var[id(t)] for t in tracers_out])
+    recipe = t.recipe
+    if isinstance(recipe, ConstRecipe):
+      atoms[id(t)] = const_atom(recipe.val)
+    elif isinstance(recipe, JaxprEqnRecipe) and id(recipe) not in written:
+      written.add(id(recipe))
+      out_vars = [Var(a) for a in recipe.avals_out]
+      for ref, v in zip(recipe.tracer_refs_out, out_vars):
+        if ref() is not None:   # an output nobody kept still gets a binder
+          atoms[id(ref())] = v
+      eqns.append(JaxprEqn(recipe.prim, [atoms[id(x)] for x in recipe.tracers_in],
+                           recipe.params, out_vars))
+    elif isinstance(recipe, LambdaBindingRecipe):
+      assert id(t) in atoms, "an input of the function was not an input"
+  jaxpr = Jaxpr(constvars, [atoms[id(t)] for t in tracers_in], eqns,
+                [atoms[id(t)] for t in tracers_out])
   typecheck_jaxpr(jaxpr)
   return jaxpr, consts
 

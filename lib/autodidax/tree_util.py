@@ -13,6 +13,7 @@ class NodeType(NamedTuple):
   name: str
   flatten: Callable      # node -> (children, aux_data)
   unflatten: Callable    # (aux_data, children) -> node
+  cls: type | None = None   # the Python class: two classes of one name differ
 
 
 node_types: dict[type, NodeType] = {}
@@ -21,7 +22,7 @@ node_types: dict[type, NodeType] = {}
 def register_pytree_node(nodetype: type, flatten_func: Callable,
                          unflatten_func: Callable) -> None:
   """Teach pytrees a container type (same signature as jax.tree_util's)."""
-  node_types[nodetype] = NodeType(nodetype.__name__, flatten_func, unflatten_func)
+  node_types[nodetype] = NodeType(nodetype.__name__, flatten_func, unflatten_func, nodetype)
 
 
 register_pytree_node(tuple, lambda t: (t, None), lambda _, xs: tuple(xs))
@@ -37,7 +38,7 @@ def _node_type(x) -> NodeType | None:
   nt = node_types.get(ty)
   if nt is None and issubclass(ty, tuple) and hasattr(ty, "_fields"):
     nt = NodeType(ty.__name__, lambda t: (tuple(t), None),
-                  lambda _, xs, ty=ty: ty(*xs))   # namedtuples
+                  lambda _, xs, ty=ty: ty(*xs), ty)   # namedtuples
   return nt
 
 
@@ -72,15 +73,15 @@ class PyTreeDef(NamedTuple):
 
   def __eq__(self, other):
     return (isinstance(other, PyTreeDef)
-            and (self.node_type and self.node_type.name) ==
-                (other.node_type and other.node_type.name)
+            and (self.node_type and self.node_type.cls) ==
+                (other.node_type and other.node_type.cls)
             and self.aux_data == other.aux_data and self.children == other.children)
 
   def __ne__(self, other):   # not tuple's, which compares the node functions
     return not self == other
 
   def __hash__(self):
-    return hash((self.node_type and self.node_type.name, self.aux_data, self.children))
+    return hash((self.node_type and self.node_type.cls, self.aux_data, self.children))
 
 
 LEAF = PyTreeDef(None, None, ())
@@ -160,7 +161,7 @@ def broadcast_prefix(prefix, tree, what: str = "prefix") -> list:
       return
     nt_t = _node_type(t)
     p_kids, p_aux = nt_p.flatten(p)
-    if nt_t is None or nt_t.name != nt_p.name:
+    if nt_t is None or nt_t.cls is not nt_p.cls:
       raise ValueError(f"{what} {p!r} doesn't match the structure "
                        f"{tree_structure(t)} it applies to")
     t_kids, t_aux = nt_t.flatten(t)

@@ -176,15 +176,6 @@ def _boxing_alt(x) -> str:
   return alt + (f" boxing {' and '.join(_boxing_alt(v) for v in inner)}" if inner else "")
 
 
-def value_graph(x, title: str | None = None):
-  """Nested boxes: which tracer boxes which, down to the plain array."""
-  g = _digraph(_titled(title, f"How the value is boxed: {_boxing_alt(x)}"))
-  if title:
-    g.attr(label=title, labelloc="t")
-  g.node("v", f"<{_boxing_html(x)}>", shape="plaintext")
-  return g
-
-
 # --- Snapshots from inside a user function --------------------------------------------------
 
 class Snapshot:
@@ -318,10 +309,10 @@ def record():
 
 def _eqn_label(eqn, names, var_label) -> str:
   """An equation's node: the primitive, its literals, short params, outputs."""
-  from .jaxpr import Lit, _fmt_literal, _has_jaxpr, _pp_param
-  lits = [_fmt_literal(x.val) for x in eqn.inputs if isinstance(x, Lit)]
-  params = ", ".join(f"{k}={_pp_param(v, names, 0)}" for k, v in sorted(eqn.params.items())
-                     if not _has_jaxpr(v))
+  from .jaxpr import Lit, fmt_literal, has_jaxpr, pp_param
+  lits = [fmt_literal(x.val) for x in eqn.inputs if isinstance(x, Lit)]
+  params = ", ".join(f"{k}={pp_param(v, names, 0)}" for k, v in sorted(eqn.params.items())
+                     if not has_jaxpr(v))
   label = f"<<b>{html.escape(eqn.primitive.name)}</b>"
   if lits:
     label += f" {html.escape(' '.join(lits))}"
@@ -343,10 +334,10 @@ def _jaxpr_alt(jaxpr, names, kind="A jaxpr's dataflow graph") -> str:
 
 def jaxpr_graph(jaxpr, title: str | None = None, max_eqns: int = 200):
   """Inputs, constvars, one node per equation (literals shown inline), outputs."""
-  from .jaxpr import ClosedJaxpr, Lit, _Names, _fmt_literal
+  from .jaxpr import ClosedJaxpr, Lit, VarNames, fmt_literal
   if isinstance(jaxpr, ClosedJaxpr):
     jaxpr = jaxpr.jaxpr
-  names = _Names()
+  names = VarNames()
   g = _digraph("", rankdir="TB", nodesep="0.2", ranksep="0.3")
   if title:
     g.attr(label=title, labelloc="t")
@@ -379,7 +370,7 @@ def jaxpr_graph(jaxpr, title: str | None = None, max_eqns: int = 200):
   with g.subgraph(name="outputs") as s:
     s.attr(rank="sink")
     for k, x in enumerate(jaxpr.outvars):
-      label = f"out {k}: " + (_fmt_literal(x.val) if isinstance(x, Lit) else var_label(x))
+      label = f"out {k}: " + (fmt_literal(x.val) if isinstance(x, Lit) else var_label(x))
       s.node(f"out{k}", label, shape="ellipse", peripheries="2", style="filled",
              fillcolor="#fff3cd")
       if not isinstance(x, Lit) and x in producer:
@@ -472,13 +463,13 @@ def jit_pipeline(jitted, *args):
   hlo = compiled.as_text()
   fused = hlo.count("fused_computation") + hlo.count("%fusion")
   name = getattr(jitted, "__name__", "f")
-  n_ops, platform = stablehlo.count(" = stablehlo."), compiled._exe.platform
+  n_ops, platform = stablehlo.count(" = stablehlo."), compiled.platform
   stages = [("py", "Python function", f"{name}(...)", "#e8e8e8"),
             ("jaxpr", "jaxpr", f"{len(jaxpr.eqns)} equations", "#d4edda"),
             ("shlo", "StableHLO", f"{n_ops} ops", "#cfe2ff"),
             ("hlo", "optimized HLO", f"{max(fused, 0)} fusion mentions", "#ffe5b4"),
             ("exe", "executable", f"on {platform}", "#f8d7da")]
-  caches = f"traces: {jitted.trace_count}, specializations: {len(jitted._cache)}"
+  caches = f"traces: {jitted.trace_count}, specializations: {jitted.num_specializations}"
   alt = (f"The jit pipeline of {name}: " + " → ".join(f"{t} ({d})" for _, t, d, _ in stages)
          + f"; caches: {caches}")
   # Top to bottom, so that it stays narrow enough to read on a phone.
@@ -491,7 +482,7 @@ def jit_pipeline(jitted, *args):
   g.edge("shlo", "hlo", label=" XLA passes")
   g.edge("hlo", "exe", label=" codegen")
   g.node("cache", f"<<b>caches</b><br/>traces: {jitted.trace_count}<br/>"
-                  f"specializations: {len(jitted._cache)}>",
+                  f"specializations: {jitted.num_specializations}>",
          shape="note", fillcolor="#fff3cd")
   g.edge("cache", "jaxpr", style="dashed", arrowhead="none")
   g.edge("cache", "exe", style="dashed", arrowhead="none")
@@ -764,10 +755,10 @@ def jaxpr_graph_nested(jaxpr, title: str | None = None, max_eqns: int = 200):
   holding its sub-jaxprs (each a cluster of its own, named by its parameter),
   with edges from the equation's operands to the sub-jaxprs' inputs.
   Names are shared across levels, as in the printed jaxpr."""
-  from .jaxpr import ClosedJaxpr, Jaxpr, Lit, _Names, _fmt_literal
+  from .jaxpr import ClosedJaxpr, Jaxpr, Lit, VarNames, fmt_literal
   if isinstance(jaxpr, ClosedJaxpr):
     jaxpr = jaxpr.jaxpr
-  names = _Names()
+  names = VarNames()
   kind = "A jaxpr's dataflow graph, sub-jaxprs of higher-order equations drawn inside them"
   g = _digraph("", rankdir="TB", nodesep="0.2", ranksep="0.3", compound="true")
   if title:
@@ -839,7 +830,7 @@ def jaxpr_graph_nested(jaxpr, title: str | None = None, max_eqns: int = 200):
   with g.subgraph(name="outputs") as s:
     s.attr(rank="sink")
     for k, (x, src) in enumerate(zip(jaxpr.outvars, outs)):
-      label = f"out {k}: " + (_fmt_literal(x.val) if isinstance(x, Lit) else var_label(x))
+      label = f"out {k}: " + (fmt_literal(x.val) if isinstance(x, Lit) else var_label(x))
       s.node(f"out{k}", label, shape="ellipse", peripheries="2", style="filled",
              fillcolor="#fff3cd")
       if src is not None:
@@ -860,7 +851,8 @@ def _sl_short(x) -> str:
 def trace_chain_graph(traces, handling=None, title: str | None = None):
   """Each trace of `traces` and its chain of parents, down to the evaluator:
   an arrow goes from a trace to its parent; `handling` is outlined."""
-  g = _digraph("chain", rankdir="TB")
+  g = _digraph("The chain of traces: each trace points to its parent, down to the "
+               "evaluator", rankdir="TB")
   if title:
     g.attr(label=title, labelloc="t")
   seen: dict = {}
@@ -937,3 +929,20 @@ def record_dispatch():
     yield rec
   finally:
     sl._observers.remove(observe)
+
+
+def dtype_lattice():
+  """JAX's type-promotion lattice (autodidax.dtypes.LATTICE), lowest at the
+  bottom: two dtypes promote to the lowest node above both. The weak types
+  of Python scalars are dashed."""
+  from .dtypes import LATTICE
+  name = lambda n: n if isinstance(n, str) else core.dtype_short(n)
+  g = _digraph("JAX's type-promotion lattice: each dtype points to the types it "
+              "promotes to; two dtypes promote to the lowest type above both", rankdir="BT")
+  for node in LATTICE:
+    weak = isinstance(node, str)
+    g.node(name(node), shape="box", style="dashed" if weak else "solid")
+  for node, above in LATTICE.items():
+    for up in above:
+      g.edge(name(node), name(up))
+  return g

@@ -7,6 +7,7 @@ rules: jvp and vmap transform the inner jaxpr and bind a new `xla_call`.
 """
 from __future__ import annotations
 
+import inspect
 import weakref
 
 import numpy as np
@@ -14,10 +15,11 @@ import numpy as np
 from . import ad, batching, core, lowering, runtime
 from .core import (Primitive, ShapedArray, Tracer, abstract_eval_rules, array_types,
                    impl_rules, raise_to_shaped)
-from .api import _abstractify, _split_static
+from .api import shaped_abstractify, split_static
 from .jaxpr import ClosedJaxpr, Jaxpr, eval_jaxpr, typecheck_jaxpr
 from .partial_eval import trace_to_jaxpr_dynamic
 from .tree_util import LEAF, flatten_fun, tree_flatten, tree_unflatten
+from .util import cache_by_jaxpr
 
 xla_call_p = Primitive("xla_call", multiple_results=True)
 
@@ -39,11 +41,9 @@ class Array:
     self._buf, self.aval, self.platform = buf, aval, platform
     self._npy = None
 
-  shape = property(lambda self: self.aval.shape)
-  dtype = property(lambda self: self.aval.dtype)
-  ndim = property(lambda self: self.aval.ndim)
-  size = property(lambda self: self.aval.size)
-  weak_type = property(lambda self: self.aval.weak_type)   # so jit keys on it
+  # weak_type too, so that jit keys on it
+  shape, dtype, ndim, size, weak_type = map(
+      core.aval_property, ("shape", "dtype", "ndim", "size", "weak_type"))
 
   def __array__(self, dtype=None, copy=None):
     if self._npy is None:
@@ -60,9 +60,6 @@ class Array:
   def __iter__(self):
     return iter(np.asarray(self))
 
-  def __getitem__(self, idx):
-    return np.asarray(self)[idx]
-
   def __bool__(self):
     return bool(np.asarray(self))
 
@@ -71,6 +68,12 @@ class Array:
 
   def __int__(self):
     return int(np.asarray(self))
+
+  def item(self):
+    return np.asarray(self).item()
+
+  def tolist(self):
+    return np.asarray(self).tolist()
 
   def __format__(self, spec):
     return format(np.asarray(self).item() if self.ndim == 0 else np.asarray(self), spec)
@@ -153,22 +156,10 @@ def _xla_call_lowering(ctx, *args, jaxpr: Jaxpr, num_consts: int, **params):
   return [f"{name}#{i}" for i in range(n)] if n > 1 else [name]
 
 
-lowering.register_lowering(xla_call_p, _xla_call_lowering)
+lowering.lowering_rules[xla_call_p] = _xla_call_lowering
 
 
-def _cache(fn):
-  """Memoize a jaxpr -> jaxpr transformation on the jaxpr object (and args)."""
-  store = weakref.WeakKeyDictionary()
-
-  def cached(jaxpr, *args):
-    per_jaxpr = store.setdefault(jaxpr, {})
-    if args not in per_jaxpr:
-      per_jaxpr[args] = fn(jaxpr, *args)
-    return per_jaxpr[args]
-  return cached
-
-
-@_cache
+@cache_by_jaxpr
 def jvp_jaxpr(jaxpr: Jaxpr) -> tuple[Jaxpr, list]:
   """A jaxpr mapping (primals, tangents) to (primal outs, tangent outs)."""
   n = len(jaxpr.invars)
@@ -194,7 +185,7 @@ def _xla_call_jvp(primals, tangents, *, jaxpr, num_consts, **params):
 ad.jvp_rules[xla_call_p] = _xla_call_jvp
 
 
-@_cache
+@cache_by_jaxpr
 def vmap_jaxpr(jaxpr: Jaxpr, axis_size: int, bdims_in: tuple) -> tuple[Jaxpr, list]:
   """A jaxpr for the batched computation; every output is batched along axis 0."""
   bdims = [batching.not_mapped if d is None else d for d in bdims_in]
@@ -253,18 +244,45 @@ def _fast_signature(args):
   return tuple(sig)
 
 
+def _static_args(fun, argnums, argnames) -> tuple[tuple, tuple]:
+  """static_argnums and static_argnames, each completed from the other
+  through `fun`'s signature (as JAX does)."""
+  argnums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+  argnames = (argnames,) if isinstance(argnames, str) else tuple(argnames)
+  try:
+    params = inspect.signature(fun).parameters.values()
+  except (TypeError, ValueError):
+    return argnums, argnames
+  positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+  argnums += tuple(positional.index(n) for n in argnames
+                   if n in positional and positional.index(n) not in argnums)
+  argnames += tuple(positional[i] for i in argnums
+                    if -len(positional) <= i < len(positional) and positional[i] not in argnames)
+  return argnums, argnames
+
+
+def _static_key(x):
+  """Static arguments as a cache key, with their types: 2 and 2.0 are equal
+  in Python but give different programs."""
+  if isinstance(x, (tuple, list)):
+    return type(x), tuple(_static_key(v) for v in x)
+  return type(x), x
+
+
 class jit:
   """`jit(f)(*args)`: trace `f` once per input signature, compile, and run it.
 
-  Arguments in `static_argnums` are part of the signature by value (they must
-  be hashable). `platform` picks the XLA backend ('cpu', 'gpu'); the default
-  comes from $AUTODIDAX_PLATFORM, else 'cpu'.
+  Arguments in `static_argnums` (or named in `static_argnames`) are part of
+  the signature by value and type (they must be hashable). `platform` picks
+  the XLA backend ('cpu', 'gpu'); the default comes from $AUTODIDAX_PLATFORM,
+  else 'cpu'.
   """
 
-  def __init__(self, fun, static_argnums=(), platform: str | None = None):
+  def __init__(self, fun, static_argnums=(), static_argnames=(),
+               platform: str | None = None):
     self.fun = fun
-    self.static_argnums = ((static_argnums,) if isinstance(static_argnums, int)
-                           else tuple(static_argnums))
+    self.static_argnums, self.static_argnames = _static_args(fun, static_argnums,
+                                                             static_argnames)
     self.platform = platform
     self.trace_count = 0
     self._cache: dict = {}
@@ -272,17 +290,17 @@ class jit:
     self.__name__ = getattr(fun, "__name__", "fun")
     self.__doc__ = getattr(fun, "__doc__", None)
 
-  def _specialize(self, args) -> tuple[_Traced, list]:
-    fun_dyn, dyn_args = _split_static(self.fun, args, self.static_argnums)
-    statics = tuple(args[i] for i in self.static_argnums)
+  def _specialize(self, args, kwargs=None) -> tuple[_Traced, list]:
+    fun_dyn, dyn_args, statics = split_static(self.fun, args, self.static_argnums,
+                                              kwargs, self.static_argnames)
     try:
       hash(statics)
     except TypeError:
       raise TypeError(f"jit: static arguments must be hashable, got {statics!r}: "
                       "pass tuples instead of lists or arrays") from None
     args_flat, in_tree = tree_flatten(dyn_args)
-    in_avals = tuple(_abstractify(x) for x in args_flat)
-    key = (in_tree, in_avals, statics)
+    in_avals = tuple(shaped_abstractify(x) for x in args_flat)
+    key = (in_tree, in_avals, _static_key(statics))
     traced = self._cache.get(key)
     if traced is None:
       flat_fun, out_tree = flatten_fun(fun_dyn, in_tree)
@@ -300,12 +318,12 @@ class jit:
       params["platform"] = self.platform
     return params
 
-  def __call__(self, *args):
-    sig = _fast_signature(args) if not self.static_argnums else None
+  def __call__(self, *args, **kwargs):
+    sig = _fast_signature(args) if not (self.static_argnums or kwargs) else None
     hit = self._fast.get(sig)
-    if hit is not None and core.dynamic_trace is None and not core._bind_observers:
+    if hit is not None and core.dynamic_trace is None and not core.bind_observers:
       return self._call_fast(hit, args)
-    traced, args_flat = self._specialize(args)
+    traced, args_flat = self._specialize(args, kwargs)
     outs = xla_call_p.bind(*traced.consts, *args_flat, **self._params(traced))
     if sig is not None and not any(isinstance(c, Tracer) for c in traced.consts):
       self._fast[sig] = traced, {}   # next time, take the fast path
@@ -323,6 +341,11 @@ class jit:
       exe = exes[platform] = compile_jaxpr(traced.jaxpr, platform, f"jit_{self.__name__}")
     outs = execute_compiled(exe, [*traced.consts, *args], platform)
     return outs[0] if traced.out_tree is LEAF else tree_unflatten(traced.out_tree, outs)
+
+  @property
+  def num_specializations(self) -> int:
+    """How many (argument types, static values) signatures were traced and kept."""
+    return len(self._cache)
 
   def lower(self, *args) -> "Lowered":
     """Ahead of time: trace and lower for these arguments (or specs), no run."""
@@ -355,7 +378,8 @@ class Lowered:
 class Compiled:
   def __init__(self, traced: _Traced, params: dict):
     self._traced, self._params = traced, params
-    self._exe = compile_jaxpr(traced.jaxpr, _platform(params), params["name"])
+    self.platform = _platform(params)
+    self._exe = compile_jaxpr(traced.jaxpr, self.platform, params["name"])
 
   def as_text(self) -> str:
     """XLA's optimized HLO: what actually runs, after fusion."""
@@ -373,7 +397,7 @@ class Compiled:
     if len(args_flat) != len(expected):
       raise TypeError(f"Compiled: expected {len(expected)} arrays, got {len(args_flat)}")
     for i, (x, want) in enumerate(zip(args_flat, expected)):
-      got = _abstractify(x)
+      got = shaped_abstractify(x)
       if got.shape != want.shape or got.dtype != want.dtype:
         raise TypeError(f"Compiled: argument {i} is {got.str_short()} but this program "
                         f"was compiled for {want.str_short()}; call jit(f) instead, "
@@ -402,8 +426,8 @@ def _xla_call_partial_eval(trace, tracers, *, jaxpr, num_consts, **params):
   outs2 = trace.stage(xla_call_p, res_tracers + unknown_in,
                       dict(params, jaxpr=jaxpr2, num_consts=0),
                       [x.aval for x in jaxpr2.outvars])
-  outs1, outs2 = iter(outs1), iter(outs2)
-  return [next(outs2) if uk else trace.pure(next(outs1)) for uk in out_unknowns]
+  known_outs, unknown_outs = iter(outs1), iter(outs2)
+  return [next(unknown_outs) if uk else trace.pure(next(known_outs)) for uk in out_unknowns]
 
 
 pe.partial_eval_rules[xla_call_p] = _xla_call_partial_eval
@@ -427,7 +451,7 @@ def _xla_call_partial_eval_jaxpr(unknowns, eqn):
 pe.partial_eval_jaxpr_rules[xla_call_p] = _xla_call_partial_eval_jaxpr
 
 
-@_cache
+@cache_by_jaxpr
 def transpose_jaxpr(jaxpr: Jaxpr, undefined: tuple) -> tuple[Jaxpr, list]:
   """A jaxpr mapping (residuals, output cotangents) to input cotangents."""
   avals_in, avals_out = jaxpr.in_avals, jaxpr.out_avals
@@ -455,5 +479,5 @@ ad.transpose_rules[xla_call_p] = _xla_call_transpose
 
 
 # Arrays get the same operators as tracers: `a + b` on device arrays binds add.
-from .numpy import _install_tracer_methods   # noqa: E402
-_install_tracer_methods(Array)
+from .numpy import install_tracer_methods   # noqa: E402
+install_tracer_methods(Array)

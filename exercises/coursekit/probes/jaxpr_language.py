@@ -26,7 +26,7 @@ def _eqn_names(closed):
   return [e.primitive.name for e in closed.eqns]
 
 
-@probe("C.1", answers=("cond_jvp",), removes={"autodidax.control_flow:_cond_jvp": "cond_jvp"})
+@probe("C.1", answers=("cond_jvp",), removes={"autodidax.control_flow.conditionals:_cond_jvp": "cond_jvp"})
 def probe_C_1(p, cond_jvp):
   c = p.rng.normal(size=3)
   two = lambda x, y: lax.cond(anp.sum(x) > 0., lambda a, b: anp.sin(a) * b,
@@ -75,7 +75,7 @@ def probe_C_1(p, cond_jvp):
 
 
 @probe("C.2", answers=("cond_vmap_batched_index",),
-       removes={"autodidax.control_flow:_cond_vmap_batched_index": "cond_vmap_batched_index"})
+       removes={"autodidax.control_flow.conditionals:_cond_vmap_batched_index": "cond_vmap_batched_index"})
 def probe_C_2(p, cond_vmap_batched_index):
   # control_flow's vmap rule of cond calls the answer when the index is batched.
   B = 5
@@ -111,7 +111,7 @@ def _body(a):
   return lambda i, c: anp.sin(c) * a + i
 
 
-@probe("C.3", answers=("my_fori_loop",), removes={"autodidax.control_flow:fori_loop": None})
+@probe("C.3", answers=("my_fori_loop",), removes={"autodidax.control_flow.loops:fori_loop": None})
 def probe_C_3(p, my_fori_loop):
   a = float(p.rng.uniform(0.3, 0.9))
   body = _body(a)
@@ -143,7 +143,7 @@ def _describe(avals):
 
 
 @probe("C.4", answers=("scan_abstract_eval",),
-       removes={"autodidax.control_flow:_scan_abstract_eval": "scan_abstract_eval"})
+       removes={"autodidax.control_flow.loops:_scan_abstract_eval": "scan_abstract_eval"})
 def probe_C_4(p, scan_abstract_eval):
   n = 5
   w = p.rng.normal(size=2)
@@ -179,7 +179,7 @@ def probe_C_4(p, scan_abstract_eval):
 
 
 @probe("C.5", answers=("dot_general_flops",),
-       removes={"autodidax.control_flow:_dot_general_flops": "dot_general_flops"})
+       removes={"autodidax.flop_count:_dot_general_flops": "dot_general_flops"})
 def probe_C_5(p, dot_general_flops):
   m, k, n, b = (int(v) for v in p.rng.permutation([2, 3, 4, 5, 6, 7])[:4])   # all different
   a, w, v = np.ones((m, k)), np.ones((k, n)), np.ones(k)

@@ -101,7 +101,7 @@ def probe_2_2(p, typecheck_atom):
   avals = [ShapedArray((3,), np.float32), ShapedArray((), np.float64),
            ShapedArray((2, 2), np.int32), ShapedArray((4,), np.float64, True)]
   vs = [Var(a) for a in avals]
-  names = jx._Names()
+  names = jx.VarNames()
   for i in p.rng.permutation(len(vs)):   # the variables' names depend on the seed
     names[vs[i]]
   for i, v in enumerate(vs):
@@ -262,7 +262,7 @@ def probe_2_5(p, nth_name, pp_eqn):
     closed = adx.make_jaxpr(f)(*args)
     for i, eqn in enumerate(closed.eqns):
       p.value(f"{what}: pp_eqn of equation {i}, with fresh names",
-              p.call(f"{what}: pp_eqn of equation {i}", pp_eqn, eqn, jx._Names()))
+              p.call(f"{what}: pp_eqn of equation {i}", pp_eqn, eqn, jx.VarNames()))
     p.value(f"{what}: the printed jaxpr", p.call(f"printing the jaxpr of {what}", str, closed))
   for n in (3, 30):
     def chain(x):

@@ -61,7 +61,7 @@ def probe_3_1(p, max_lowering):
 
 @probe("3.2", answers=("reduce_max_lowering",),
        removes={"autodidax.lowering:_reduce_max_lowering": "reduce_max_lowering",
-                "autodidax.lowering:_reduce_lowering": None, "autodidax.lowering:_lowest": None})
+                "autodidax.lowering:_reduce_lowering": None, "autodidax.lax:lowest": None})
 def probe_3_2(p, reduce_max_lowering):
   r = p.rng
   neg = -r.uniform(1., 5., size=(3, 4))   # all negative: 0 is a wrong init value
@@ -143,14 +143,15 @@ def probe_3_3(p, xla_call_vmap):
 
 @probe("3.4", answers=("cache_key",), removes={"autodidax.xla:jit._specialize": None})
 def probe_3_4(p, cache_key):
-  def specialize(self, args):   # jit._specialize, around the learner's cache key
+  def specialize(self, args, kwargs=None):   # jit._specialize, around the learner's cache key
     key = p.call("cache_key(args, static_argnums)", cache_key, args, self.static_argnums)
     p.call("hashing the key", hash, key)
-    fun_dyn, dyn_args = xla._split_static(self.fun, args, self.static_argnums)
+    fun_dyn, dyn_args, _ = xla.split_static(self.fun, args, self.static_argnums, kwargs,
+                                            self.static_argnames)
     args_flat, in_tree = tree_util.tree_flatten(dyn_args)
     traced = self._cache.get(key)
     if traced is None:
-      in_avals = tuple(xla._abstractify(x) for x in args_flat)
+      in_avals = tuple(xla.shaped_abstractify(x) for x in args_flat)
       flat_fun, out_tree = tree_util.flatten_fun(fun_dyn, in_tree)
       jaxpr, consts = xla.closed_to_call_jaxpr(*pe.trace_to_jaxpr_dynamic(flat_fun, in_avals))
       traced = xla._Traced(jaxpr, consts, out_tree())

@@ -404,7 +404,7 @@ def _switch_grads(p, what, f, args, argnums):
 
 
 @probe("4.8", answers=("cond_transpose",),
-       removes={"autodidax.control_flow:_cond_transpose": "cond_transpose"})
+       removes={"autodidax.control_flow.conditionals:_cond_transpose": "cond_transpose"})
 def probe_4_8(p, cond_transpose):
   seen = []   # per call of the rule: which entries it returned as None
 
@@ -462,10 +462,10 @@ def _without_reverse_mode_of_scan():
 
 
 @probe("4.9", answers=("scan_vjp",),
-       removes={"autodidax.control_flow:_scan_transpose": None,
-                "autodidax.control_flow:_scan_partial_eval": None,
-                "autodidax.control_flow:_scan_partial_eval_jaxpr": None,
-                "autodidax.control_flow:_scan_split": None})
+       removes={"autodidax.control_flow.loops:_scan_transpose": None,
+                "autodidax.control_flow.loops:_scan_partial_eval": None,
+                "autodidax.control_flow.loops:_scan_partial_eval_jaxpr": None,
+                "autodidax.control_flow.loops:_scan_split": None})
 def probe_4_9(p, scan_vjp):
   W = p.rng.normal(size=(3, 3)) / 2
   bodies = [   # (description, f(carry, x) -> new carry, init, xs)

@@ -1,0 +1,339 @@
+"""What cond, while and scan share: the small primitives select_n and clamp,
+closure conversion of functions into jaxprs, JVP and batching of a jaxpr,
+lowering regions, and the rules every higher-order primitive registers."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import ad, batching, dtypes, lax, lowering
+from ..ad import JVPTrace, JVPTracer, Zero, instantiate_zeros
+from ..batching import move_batch_axis, not_mapped
+from ..core import (Primitive, ShapedArray, Tracer, abstract_eval_rules, full_raise,
+                    get_aval, impl_rules, new_main, raise_to_shaped)
+from ..jaxpr import ClosedJaxpr, Jaxpr, Var, eval_jaxpr
+from ..lowering import mlir_type
+from ..partial_eval import trace_to_jaxpr_dynamic
+from ..tree_util import flatten_fun
+from ..util import cache_by_jaxpr
+from ..xla import closed_to_call_jaxpr
+
+
+# --- Small first-order primitives: select_n and clamp -------------------------------------
+
+select_n_p = Primitive("select_n")
+clamp_p = Primitive("clamp")
+
+
+def select_n(which, *cases):
+  """`cases[which]`, elementwise. `which` is bool (two cases) or int32, a
+  scalar or of the cases' shape. As jax.lax.select_n."""
+  if not cases:
+    raise ValueError("select_n needs at least one case")
+  return select_n_p.bind(which, *cases)
+
+
+def _select_n_impl(which, *cases):
+  which = np.asarray(which)
+  if which.dtype == np.bool_:
+    return np.where(which, cases[1], cases[0]) if len(cases) == 2 else np.asarray(cases[0])
+  which = np.clip(which, 0, len(cases) - 1)
+  return np.choose(which, [np.asarray(c) for c in cases])
+
+
+def _select_n_abstract_eval(which, *cases):
+  c0 = cases[0]
+  for c in cases[1:]:
+    if c.shape != c0.shape or c.dtype != c0.dtype:
+      raise TypeError(f"select_n: cases must have equal types, got {c0.str_short()} "
+                      f"and {c.str_short()}")
+  if which.dtype != np.bool_ and which.dtype.kind not in "iu":
+    raise TypeError(f"select_n: the selector must be bool or an integer, got {which.str_short()}")
+  if which.dtype == np.bool_ and len(cases) > 2:
+    raise TypeError("select_n: a bool selector picks between at most two cases")
+  if which.shape and which.shape != c0.shape:
+    raise TypeError(f"select_n: the selector {which.str_short()} must be a scalar or "
+                    f"have the cases' shape {c0.str_short()}")
+  return ShapedArray(c0.shape, c0.dtype, all(c.weak_type for c in cases))
+
+
+impl_rules[select_n_p] = _select_n_impl
+abstract_eval_rules[select_n_p] = _select_n_abstract_eval
+
+
+def _select_n_jvp(primals, tangents):
+  which, *cases = primals
+  out = select_n(which, *cases)
+  if all(type(t) is Zero for t in tangents[1:]):
+    return out, Zero.from_value(out)
+  return out, select_n(which, *[instantiate_zeros(t) for t in tangents[1:]])
+
+
+def _select_n_transpose(ct, which, *cases):
+  if ad.is_undefined_primal(which):
+    raise ValueError("select_n is not linear in its selector")
+  zeros = np.zeros(np.shape(ct), np.result_type(get_aval(ct).dtype))
+  return [None] + [select_n(which, *[ct if j == i else zeros for j in range(len(cases))])
+                   if ad.is_undefined_primal(c) else None for i, c in enumerate(cases)]
+
+
+def _select_n_vmap(axis_size, vals_in, dims_in):
+  which, *cases = vals_in
+  wdim, *cdims = dims_in
+  case_shape = _unbatched_shape(cases[0], cdims[0])
+  shape = (axis_size, *case_shape)
+  cases = [move_batch_axis(axis_size, d, 0, c) for c, d in zip(cases, cdims)]
+  if wdim is not_mapped and np.ndim(which) == 0:
+    return select_n(which, *cases), 0
+  which = move_batch_axis(axis_size, wdim, 0, which)
+  if np.ndim(which) == 1 and case_shape:   # one selector per batch element
+    which = lax.broadcast(which, shape, range(1, len(shape)))
+  return select_n(which, *cases), 0
+
+
+def _unbatched_shape(x, bdim):
+  shape = list(np.shape(x))
+  if bdim is not not_mapped:
+    del shape[bdim]
+  return tuple(shape)
+
+
+ad.jvp_rules[select_n_p] = _select_n_jvp
+ad.transpose_rules[select_n_p] = _select_n_transpose
+batching.vmap_rules[select_n_p] = _select_n_vmap
+
+
+def _select_n_lowering(ctx, which, *cases):
+  wa, *cas = ctx.avals_in
+  out = ctx.avals_out[0]
+  t = mlir_type(out)
+  if wa.shape != out.shape:
+    which = ctx.broadcast_in_dim(which, wa, out.shape, [])
+  wt = mlir_type(ShapedArray(out.shape, wa.dtype))
+  bool_t = mlir_type(ShapedArray(out.shape, np.bool_))
+  if len(cases) == 1:
+    return cases[0]
+  if wa.dtype == np.bool_:
+    return ctx.emit(f"stablehlo.select {which}, {cases[1]}, {cases[0]} : {bool_t}, {t}")
+  result = cases[0]
+  for i in range(1, len(cases)):   # case i wins where which >= i (which is clamped)
+    k = ctx.broadcast_in_dim(ctx.constant(i, wa.dtype), wa.update(shape=()), out.shape, [])
+    pred = ctx.emit(f"stablehlo.compare GE, {which}, {k}, SIGNED : ({wt}, {wt}) -> {bool_t}")
+    result = ctx.emit(f"stablehlo.select {pred}, {cases[i]}, {result} : {bool_t}, {t}")
+  return result
+
+
+lowering.lowering_rules[select_n_p] = _select_n_lowering
+
+
+def clamp(lo, x, hi):
+  """`min(max(x, lo), hi)`, with scalar bounds. As jax.lax.clamp."""
+  return clamp_p.bind(lo, x, hi)
+
+
+impl_rules[clamp_p] = lambda lo, x, hi: np.asarray(np.clip(x, lo, hi), np.result_type(x))
+
+
+def _clamp_abstract_eval(lo, x, hi):
+  for b in (lo, hi):
+    if b.shape and b.shape != x.shape:
+      raise TypeError(f"clamp: bounds must be scalars or shaped like the operand, got "
+                      f"{b.str_short()} for {x.str_short()}")
+    if b.dtype != x.dtype:
+      raise TypeError(f"clamp: bound {b.str_short()} and operand {x.str_short()} have "
+                      "different dtypes")
+  return raise_to_shaped(x)
+
+
+abstract_eval_rules[clamp_p] = _clamp_abstract_eval
+
+
+def _clamp_jvp(primals, tangents):
+  lo, x, hi = primals
+  out = clamp(lo, x, hi)
+  x_dot = tangents[1]
+  if type(x_dot) is Zero or np.result_type(get_aval(x).dtype).kind not in "fc":
+    return out, Zero.from_value(out)
+  # Strictly inside: at a bound the slope is 0, as in JAX.
+  inside = lax.bitwise_and(lax.greater(x, lo), lax.less(x, hi))
+  zeros = np.zeros(np.shape(out), get_aval(out).dtype)
+  return out, select_n(inside, zeros, x_dot)
+
+
+def _clamp_vmap(axis_size, vals_in, dims_in):
+  lo, x, hi = vals_in
+  dlo, dx, dhi = dims_in
+  if dlo is not_mapped and dhi is not_mapped and np.ndim(lo) == 0 and np.ndim(hi) == 0:
+    return clamp(lo, x, hi), dx
+  shape = (axis_size, *_unbatched_shape(x, dx))
+  def full(v, d):
+    v = move_batch_axis(axis_size, d, 0, v)
+    return v if np.shape(v) == shape else lax.broadcast(v, shape, range(1, len(shape)))
+  return clamp(full(lo, dlo), full(x, dx), full(hi, dhi)), 0
+
+
+ad.jvp_rules[clamp_p] = _clamp_jvp
+batching.vmap_rules[clamp_p] = _clamp_vmap
+
+
+def _clamp_lowering(ctx, lo, x, hi):
+  alo, ax, ahi = ctx.avals_in
+  return ctx.emit(f"stablehlo.clamp {lo}, {x}, {hi} : ({mlir_type(alo)}, {mlir_type(ax)}, "
+                  f"{mlir_type(ahi)}) -> {mlir_type(ctx.avals_out[0])}")
+
+
+lowering.lowering_rules[clamp_p] = _clamp_lowering
+
+
+# --- Tracing functions into jaxprs: closure conversion ---------------------------------------
+
+def trace_flat(fun_flat, in_avals) -> tuple[Jaxpr, list]:
+  """Stage `fun_flat` and make its constvars leading invars (closure
+  conversion): returns a jaxpr without constvars and the values to pass for
+  its first `len(consts)` inputs. Consts may be tracers of outer traces."""
+  return closed_to_call_jaxpr(*trace_to_jaxpr_dynamic(fun_flat, list(in_avals)))
+
+
+def trace_tree(fun, in_tree, in_avals):
+  flat_fun, out_tree = flatten_fun(fun, in_tree)
+  jaxpr, consts = trace_flat(flat_fun, in_avals)
+  return jaxpr, consts, out_tree()
+
+
+def as_closed(jaxpr: Jaxpr) -> ClosedJaxpr:
+  return ClosedJaxpr(jaxpr, [])
+
+
+def avals_str(avals) -> str:
+  return "(" + ", ".join(a.str_short() for a in avals) + ")"
+
+
+def same_type(a, b) -> bool:
+  return a.shape == b.shape and a.dtype == b.dtype
+
+
+def weak_fix(in_avals, out_avals):
+  """For a loop carry: the (shape-preserving) dtype a weakly-typed initial
+  value must be converted to so that the carry keeps one type, or None."""
+  fixes = []
+  for a, b in zip(in_avals, out_avals):
+    if a.weak_type and a.shape == b.shape and (a.dtype != b.dtype or not b.weak_type):
+      fixes.append(b.dtype)
+    else:
+      fixes.append(None)
+  return fixes
+
+
+def convert_leaves(xs, dtypes):
+  """Convert leaves to dtypes; known values are converted now, not staged."""
+  return [x if dt is None else lax.convert_element_type(x, dt) if isinstance(x, Tracer)
+          else np.asarray(x).astype(dt) for x, dt in zip(xs, dtypes)]
+
+
+def join_consts(jaxprs_consts: list) -> tuple[list, list]:
+  """Branches traced separately each have their own consts; give every branch
+  all of them (the others' as unused inputs), as cond needs one operand list.
+  `[(jaxpr, consts), ...]` -> `(jaxprs, all_consts)`: each jaxpr takes
+  `all_consts` first, then its own other inputs."""
+  all_consts = [c for _, cs in jaxprs_consts for c in cs]
+  out = []
+  for j, cs in jaxprs_consts:
+    n = len(cs)
+    pre = [Var(v.aval) for jj, cc in jaxprs_consts[:len(out)] for v in jj.invars[:len(cc)]]
+    post = [Var(v.aval) for jj, cc in jaxprs_consts[len(out) + 1:] for v in jj.invars[:len(cc)]]
+    out.append(Jaxpr([], pre + j.invars[:n] + post + j.invars[n:], j.eqns, j.outvars))
+  return out, all_consts
+
+
+# --- JVP of a jaxpr with symbolic zeros, shared by the three rules ---------------------------
+
+def is_float(aval) -> bool:
+  return np.dtype(aval.dtype).kind in "fc"
+
+
+@cache_by_jaxpr
+def jvp_jaxpr(jaxpr: Jaxpr, nonzeros: tuple, instantiate: tuple):
+  """(primals, nonzero tangents) -> (primal outs, tangent outs that are
+  nonzero or instantiated). Returns (jaxpr, consts, out_nonzeros); the jaxpr's
+  first len(consts) inputs are its consts."""
+  n = len(jaxpr.invars)
+  out_nz: list = []
+
+  def fun(*args):
+    primals, tans = args[:n], iter(args[n:])
+    tangents = [next(tans) if nz else Zero(v.aval) for v, nz in zip(jaxpr.invars, nonzeros)]
+    with new_main(JVPTrace) as main:
+      trace = JVPTrace(main)
+      ins = [JVPTracer(trace, x, t) for x, t in zip(primals, tangents)]
+      outs = [full_raise(trace, o) for o in eval_jaxpr(jaxpr, [], *ins)]
+      p_out, t_out = [o.primal for o in outs], [o.tangent for o in outs]
+    out_nz[:] = [type(t) is not Zero or bool(inst) for t, inst in zip(t_out, instantiate)]
+    return p_out + [instantiate_zeros(t) for t, nz in zip(t_out, out_nz) if nz]
+
+  avals = jaxpr.in_avals
+  j, consts = trace_flat(fun, avals + [a for a, nz in zip(avals, nonzeros) if nz])
+  return j, consts, list(out_nz)
+
+
+def permute_invars(j: Jaxpr, order) -> Jaxpr:
+  return Jaxpr([], [j.invars[i] for i in order], j.eqns, j.outvars)
+
+
+def nonzero_mask(tangents) -> list:
+  return [type(t) is not Zero for t in tangents]
+
+
+# --- Batching a jaxpr, shared by the three rules --------------------------------------------
+
+@cache_by_jaxpr
+def batch_jaxpr(jaxpr: Jaxpr, axis_size: int, in_batched: tuple, force: tuple):
+  """A jaxpr over inputs batched at axis 0 (where `in_batched`). Outputs that
+  are batched, or `force`d, come out batched at axis 0 (`in_batched` and
+  `force`: tuples of bools). Returns (jaxpr, consts, out_batched); the
+  jaxpr takes `consts` first."""
+  out_b: list = []
+
+  def fun(*args):
+    if any(in_batched):
+      dims = [0 if b else not_mapped for b in in_batched]
+      outs, dims_out, _ = batching.vmap_flat(lambda *xs: eval_jaxpr(jaxpr, [], *xs), dims, *args)
+    else:
+      outs = eval_jaxpr(jaxpr, [], *args)
+      dims_out = [not_mapped] * len(outs)
+    out_b[:] = [d is not not_mapped or bool(f) for d, f in zip(dims_out, force)]
+    return [move_batch_axis(axis_size, d, 0, o) if b else o
+            for o, d, b in zip(outs, dims_out, out_b)]
+
+  avals = [a.update(shape=(axis_size, *a.shape)) if b else a
+           for a, b in zip(jaxpr.in_avals, in_batched)]
+  j, consts = trace_flat(fun, avals)
+  return j, consts, list(out_b)
+
+
+def at_axis0(axis_size, x, d):
+  return x if d is not_mapped else move_batch_axis(axis_size, d, 0, x)
+
+
+# --- cond: lowering ---------------------------------------------------------------------------
+
+def lower_region(ctx, jaxpr: Jaxpr, in_names: list, indent: str = "      ") -> tuple[list, list]:
+  """Lower `jaxpr` into a fresh list of lines (a region body)."""
+  sub = ctx.sub_context()
+  outs = lowering.lower_jaxpr_body(sub, jaxpr, dict(zip(jaxpr.invars, in_names)))
+  return [indent + line.replace("\n", "\n" + indent) for line in sub.lines], outs
+
+
+def result_names(ctx, n):
+  name = ctx.fresh()
+  return (f"{name}:{n}" if n > 1 else name), ([f"{name}#{i}" for i in range(n)] if n > 1 else [name])
+
+
+def return_op(outs, avals, indent="      "):
+  types = ", ".join(mlir_type(a) for a in avals)
+  return f'{indent}"stablehlo.return"({", ".join(outs)}) : ({types}) -> ()'
+
+
+# --- cond: partial evaluation and transposition (grad) ---------------------------------------
+
+def zeros_of(aval):
+  z = np.zeros((), aval.dtype)
+  return z if not aval.shape else lax.broadcast(z, aval.shape, range(len(aval.shape)))

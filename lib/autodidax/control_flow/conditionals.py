@@ -1,0 +1,310 @@
+"""cond and switch: one equation holding a jaxpr per branch."""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import ad, batching, dtypes, lax, lowering
+from .. import partial_eval as pe
+from ..ad import Zero, instantiate_zeros
+from ..api import shaped_abstractify
+from ..batching import not_mapped
+from ..core import (Primitive, ShapedArray, abstract_eval_rules, get_aval, impl_rules,
+                    raise_to_shaped)
+from ..jaxpr import Jaxpr, JaxprEqn, Var, eval_jaxpr
+from ..lowering import mlir_type
+from ..tree_util import tree_flatten, tree_unflatten
+from ..xla import transpose_jaxpr
+from .common import (avals_str, as_closed, convert_leaves, is_float, join_consts,
+                     jvp_jaxpr, nonzero_mask, lower_region, result_names, return_op, same_type, at_axis0, trace_flat,
+                     trace_tree, batch_jaxpr, zeros_of, clamp, select_n)
+
+
+# --- cond and switch ---------------------------------------------------------------------------
+
+cond_p = Primitive("cond", multiple_results=True)
+
+
+def switch(index, branches, *operands):
+  """Apply `branches[index]` to `operands`; `index` is clamped into range."""
+  branches = list(branches)
+  if not branches:
+    raise ValueError("switch: needs at least one branch")
+  aval = get_aval(index)
+  if aval.shape != ():
+    raise TypeError(f"switch: the index must be a scalar, got {aval.str_short()}")
+  if aval.dtype.kind not in "iu":
+    raise TypeError(f"switch: the index must be an integer, got {aval.str_short()}")
+  index = lax.convert_element_type(index, np.int32)
+  index = clamp(np.int32(0), index, np.int32(len(branches) - 1))
+  if len(branches) == 1:
+    return branches[0](*operands)
+  return _bind_cond(index, branches, operands, "switch")
+
+
+def cond(pred, true_fun, false_fun, *operands):
+  """`true_fun(*operands) if pred else false_fun(*operands)`, staged: both
+  branches are traced, one runs. The predicate is a scalar bool (or number)."""
+  if not callable(true_fun) or not callable(false_fun):
+    raise TypeError("cond: true_fun and false_fun must be callable: "
+                    "cond(pred, true_fun, false_fun, *operands)")
+  aval = get_aval(pred)
+  if aval.shape != ():
+    raise TypeError(f"cond: the predicate must be a scalar (shape ()), got "
+                    f"{aval.str_short()}. For an elementwise choice use select_n "
+                    "or anp.where-style masking; under vmap, a batched scalar "
+                    "predicate is fine.")
+  if aval.dtype != np.bool_:
+    if aval.dtype.kind not in "iuf":
+      raise TypeError(f"cond: the predicate must be bool or a number, got {aval.str_short()}")
+    pred = lax.convert_element_type(pred, np.bool_)   # nonzero is true
+  index = lax.convert_element_type(pred, np.int32)
+  return _bind_cond(index, [false_fun, true_fun], operands, "cond",
+                    names=["false_fun", "true_fun"])
+
+
+def _bind_cond(index, branches, operands, what, names=None):
+  # Messages name the branches in the order the user wrote them.
+  names = names or [f"branch {i}" for i in range(len(branches))]
+  order = list(range(len(branches)))
+  if what == "cond":
+    order.reverse()   # branches are [false_fun, true_fun]
+  ops_flat, in_tree = tree_flatten(tuple(operands))
+  in_avals = [shaped_abstractify(x) for x in ops_flat]
+  traced = [trace_tree(lambda *a, f=f: f(*a), in_tree, in_avals) for f in branches]
+  out_trees = [t[2] for t in traced]
+  first = order[0]
+  if any(t != out_trees[first] for t in out_trees):
+    i = next(i for i in order if out_trees[i] != out_trees[first])
+    raise TypeError(f"{what}: branches must return the same structure, but {names[first]} "
+                    f"returns {out_trees[first]} and {names[i]} returns {out_trees[i]}")
+  # Types must agree; weakly typed outputs (Python scalars) adopt the others' dtype.
+  targets = _join_branch_types([t[0].out_avals for t in traced], what, names, order)
+  fixed = []
+  for (j, cs, tree), f in zip(traced, branches):
+    if any(not same_type(a, t) for a, t in zip(j.out_avals, targets)):
+      dts = [None if a.dtype == t.dtype else t.dtype for a, t in zip(j.out_avals, targets)]
+      conv = lambda *a, f=f, dts=dts: tree_unflatten(
+          tree, convert_leaves(tree_flatten(f(*a))[0], dts))
+      j, cs, _ = trace_tree(conv, in_tree, in_avals)
+    fixed.append((j, cs))
+  jaxprs, consts = join_consts(fixed)
+  outs = cond_p.bind(index, *consts, *ops_flat, branches=tuple(as_closed(j) for j in jaxprs))
+  return tree_unflatten(out_trees[0], outs)
+
+
+def _join_branch_types(outs_avals: list, what: str, names, order) -> list:
+  targets = []
+  for k, avals in enumerate(zip(*outs_avals)):
+    a0 = avals[0]
+    if all(same_type(a, a0) for a in avals):
+      targets.append(a0)
+      continue
+    strong = {a.dtype for a in avals if not a.weak_type}
+    if all(a.shape == a0.shape for a in avals) and len(strong) <= 1:
+      dtype = strong.pop() if strong else dtypes.join_types(
+          *[(a.dtype, True) for a in avals])[0]
+      targets.append(ShapedArray(a0.shape, dtype, not strong))
+      continue
+    types = "; ".join(f"{names[i]}: {avals_str(outs_avals[i])}" for i in order)
+    raise TypeError(f"{what}: every branch must return the same types, but output {k} "
+                    f"differs ({types}). Make the branches agree in shape and dtype.")
+  return targets
+
+
+def _cond_impl(index, *args, branches):
+  i = int(np.clip(np.asarray(index), 0, len(branches) - 1))
+  return eval_jaxpr(branches[i].jaxpr, branches[i].consts, *args)
+
+
+def _cond_abstract_eval(index, *args, branches):
+  if index.shape != () or index.dtype != np.int32:
+    raise TypeError(f"cond: the branch index must be an int32 scalar, got {index.str_short()}")
+  for i, br in enumerate(branches):
+    want = br.in_avals
+    if len(want) != len(args) or any(not same_type(a, w) for a, w in zip(args, want)):
+      raise TypeError(f"cond: branch {i} takes {avals_str(want)} but the operands are "
+                      f"{avals_str(args)}")
+    if len(br.out_avals) != len(branches[0].out_avals) or any(
+        not same_type(a, b) for a, b in zip(br.out_avals, branches[0].out_avals)):
+      raise TypeError(f"cond: branch {i} returns {avals_str(br.out_avals)} but branch 0 "
+                      f"returns {avals_str(branches[0].out_avals)}")
+  return [raise_to_shaped(a) for a in branches[0].out_avals]
+
+
+impl_rules[cond_p] = _cond_impl
+abstract_eval_rules[cond_p] = _cond_abstract_eval
+
+
+def _cond_jvp(primals, tangents, *, branches):
+  index, *ops = primals
+  ops_nz = [nz and is_float(get_aval(x)) for nz, x in zip(nonzero_mask(tangents[1:]), ops)]
+  out_nz = [False] * len(branches[0].out_avals)
+  for br in branches:   # an output's tangent is nonzero if any branch makes it so
+    _, _, nz = jvp_jaxpr(br.jaxpr, tuple(ops_nz), tuple(out_nz))
+    out_nz = [a or b for a, b in zip(out_nz, nz)]
+  traced = [jvp_jaxpr(br.jaxpr, tuple(ops_nz), tuple(out_nz))[:2] for br in branches]
+  jaxprs, consts = join_consts(traced)
+  dots = [instantiate_zeros(t) for t, nz in zip(tangents[1:], ops_nz) if nz]
+  outs = cond_p.bind(index, *consts, *ops, *dots, branches=tuple(as_closed(j) for j in jaxprs))
+  n = len(out_nz)
+  p_out, t_out = outs[:n], iter(outs[n:])
+  return p_out, [next(t_out) if nz else Zero.from_value(p) for p, nz in zip(p_out, out_nz)]
+
+
+ad.jvp_rules[cond_p] = _cond_jvp
+
+
+def _cond_vmap(axis_size, vals_in, dims_in, *, branches):
+  index, *ops = vals_in
+  idim, *dims = dims_in
+  ops = [at_axis0(axis_size, x, d) for x, d in zip(ops, dims)]
+  in_b = tuple(d is not not_mapped for d in dims)
+  n_out = len(branches[0].out_avals)
+  if idim is not_mapped:
+    out_b = [False] * n_out
+    for br in branches:
+      out_b = [a or b for a, b in zip(out_b, batch_jaxpr(br.jaxpr, axis_size, in_b, tuple(out_b))[2])]
+    traced = [batch_jaxpr(br.jaxpr, axis_size, in_b, tuple(out_b))[:2] for br in branches]
+    jaxprs, consts = join_consts(traced)
+    outs = cond_p.bind(index, *consts, *ops, branches=tuple(as_closed(j) for j in jaxprs))
+    return outs, [0 if b else not_mapped for b in out_b]
+  # A batched predicate: each batch element may take a different branch.
+  index = clamp(np.int32(0), at_axis0(axis_size, index, idim), np.int32(len(branches) - 1))
+  outs = _cond_vmap_batched_index(axis_size, index, ops, in_b, branches)
+  return outs, [0] * n_out
+
+
+def _cond_vmap_batched_index(axis_size, index, ops, in_batched, branches):
+  """Every branch runs on the whole batch, and select_n picks per element.
+  `index`: int32[axis_size], clamped; `ops` batched at axis 0 where `in_batched`."""
+  n_out = len(branches[0].out_avals)
+  force = (True,) * n_out
+  results = []
+  for br in branches:
+    j, consts, _ = batch_jaxpr(br.jaxpr, axis_size, tuple(in_batched), force)
+    results.append(eval_jaxpr(j, [], *consts, *ops))
+  outs = []
+  for k in range(n_out):
+    cases = [r[k] for r in results]
+    shape = np.shape(cases[0])
+    which = index if len(shape) == 1 else lax.broadcast(index, shape, range(1, len(shape)))
+    outs.append(select_n(which, *cases))
+  return outs
+
+
+batching.vmap_rules[cond_p] = _cond_vmap
+
+
+def _cond_lowering(ctx, index, *args, branches):
+  avals_out = ctx.avals_out
+  lhs, names = result_names(ctx, len(avals_out))
+  regions = []
+  for br in branches:
+    lines, outs = lower_region(ctx, br.jaxpr, list(args))
+    regions.append("{\n" + "\n".join(lines + [return_op(outs, avals_out)]) + "\n    }")
+  out_types = ", ".join(mlir_type(a) for a in avals_out)
+  ctx.emit(f'{lhs} = "stablehlo.case"({index}) ({", ".join(regions)}) : '
+           f"(tensor<i32>) -> ({out_types})", result=False)
+  return names
+
+
+lowering.lowering_rules[cond_p] = _cond_lowering
+
+
+def _cond_split(branches, unknowns: list):
+  """Split each branch into a known part (known operands -> known outputs and
+  residuals) and an unknown part (residuals, unknown operands -> unknown
+  outputs). All branches share one residual list: each fills the others'
+  slots with zeros. Returns (known jaxprs, unknown jaxprs, out_unknowns, res avals)."""
+  n_out = len(branches[0].out_avals)
+  out_uk = [False] * n_out
+  for br in branches:
+    _, _, uk, _ = pe.partial_eval_jaxpr(br.jaxpr, unknowns, out_uk)
+    out_uk = [a or b for a, b in zip(out_uk, uk)]
+  splits = [pe.partial_eval_jaxpr(br.jaxpr, unknowns, out_uk) for br in branches]
+  res_avals = [[v.aval for v in j2.invars[:nr]] for _, j2, _, nr in splits]
+  all_res = [a for r in res_avals for a in r]
+  n_known_out = n_out - sum(out_uk)
+  known, unknown = [], []
+  for i, (j1, j2, _, nr) in enumerate(splits):
+    before = sum(len(r) for r in res_avals[:i])
+    after = sum(len(r) for r in res_avals[i + 1:])
+
+    def known_fun(*args, j1=j1, before=before, after=after, i=i):
+      outs = eval_jaxpr(j1, [], *args)
+      mine = outs[n_known_out:]
+      pre = [zeros_of(a) for r in res_avals[:i] for a in r]
+      post = [zeros_of(a) for r in res_avals[i + 1:] for a in r]
+      return outs[:n_known_out] + pre + mine + post
+    kj, kc = trace_flat(known_fun, j1.in_avals)
+    assert not kc
+    known.append(kj)
+    pre = [Var(a) for r in res_avals[:i] for a in r]
+    post = [Var(a) for r in res_avals[i + 1:] for a in r]
+    unknown.append(Jaxpr([], pre + j2.invars[:nr] + post + j2.invars[nr:], j2.eqns, j2.outvars))
+  return known, unknown, out_uk, all_res
+
+
+def _cond_partial_eval(trace, tracers, *, branches):
+  index, *ops = tracers
+  if index.pval.is_unknown:   # which branch runs isn't known: stage it all
+    ins = [trace.instantiate_const(t) for t in tracers]
+    return trace.stage(cond_p, ins, dict(branches=branches),
+                       [raise_to_shaped(a) for a in branches[0].out_avals])
+  unknowns = [t.pval.is_unknown for t in ops]
+  known, unknown, out_uk, res_avals = _cond_split(branches, unknowns)
+  known_in = [t.pval.const for t in ops if t.pval.is_known]
+  outs1 = cond_p.bind(index.pval.const, *known_in, branches=tuple(as_closed(j) for j in known))
+  n_known = len(out_uk) - sum(out_uk)
+  known_out, residuals = outs1[:n_known], outs1[n_known:]
+  res_t = [trace.instantiate_const(trace.pure(r)) for r in residuals]
+  idx_t = trace.instantiate_const(index)
+  unknown_in = [t for t in ops if t.pval.is_unknown]
+  outs2 = trace.stage(cond_p, [idx_t, *res_t, *unknown_in],
+                      dict(branches=tuple(as_closed(j) for j in unknown)),
+                      [raise_to_shaped(a) for a, uk in zip(branches[0].out_avals, out_uk) if uk])
+  known_out, outs2 = iter(known_out), iter(outs2)
+  return [next(outs2) if uk else trace.pure(next(known_out)) for uk in out_uk]
+
+
+pe.partial_eval_rules[cond_p] = _cond_partial_eval
+
+
+def _cond_partial_eval_jaxpr(unks_in, eqn):
+  index, *ops = eqn.inputs
+  branches = eqn.params["branches"]
+  if unks_in[0]:
+    return None, eqn, [True] * len(eqn.out_binders), [x for x in eqn.inputs if type(x) is Var]
+  unknowns = unks_in[1:]
+  known, unknown, out_uk, res_avals = _cond_split(branches, unknowns)
+  ins1 = [x for x, uk in zip(ops, unknowns) if not uk]
+  ins2 = [x for x, uk in zip(ops, unknowns) if uk]
+  outs1 = [v for v, uk in zip(eqn.out_binders, out_uk) if not uk]
+  outs2 = [v for v, uk in zip(eqn.out_binders, out_uk) if uk]
+  # Typed as cond types its outputs, by branch 0 (whose slot may be a zero).
+  residuals = [Var(raise_to_shaped(a)) for a in known[0].out_avals[len(outs1):]]
+  eqn1 = JaxprEqn(cond_p, [index, *ins1], dict(branches=tuple(as_closed(j) for j in known)),
+                  outs1 + residuals)
+  eqn2 = JaxprEqn(cond_p, [index, *residuals, *ins2],
+                  dict(branches=tuple(as_closed(j) for j in unknown)), outs2)
+  res = residuals + ([index] if type(index) is Var else [])
+  return eqn1, eqn2, out_uk, res
+
+
+pe.partial_eval_jaxpr_rules[cond_p] = _cond_partial_eval_jaxpr
+
+
+def _cond_transpose(cts, index, *ops, branches):
+  if ad.is_undefined_primal(index):
+    raise ValueError("cond is not linear in its branch index")
+  undefined = tuple(ad.is_undefined_primal(x) for x in ops)
+  traced = [transpose_jaxpr(br.jaxpr, undefined) for br in branches]
+  jaxprs, consts = join_consts(traced)
+  residuals = [x for x in ops if not ad.is_undefined_primal(x)]
+  cts = [instantiate_zeros(ct) for ct in cts]
+  outs = iter(cond_p.bind(index, *consts, *residuals, *cts,
+                          branches=tuple(as_closed(j) for j in jaxprs)))
+  return [None] + [next(outs) if u else None for u in undefined]
+
+
+ad.transpose_rules[cond_p] = _cond_transpose
