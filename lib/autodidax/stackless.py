@@ -91,7 +91,7 @@ def _bind_current(prim, args, params):   # core.bind calls this, via bind_handle
   return bind_with_trace(_current, prim, args, params)
 
 
-_observers: list = []   # callbacks(trace, prim, args, depth), for autodidax.viz
+dispatch_observers: list = []   # callbacks(trace, prim, args, depth), for autodidax.viz
 _depth = 0
 
 
@@ -104,7 +104,7 @@ def bind_with_trace(trace: Trace, prim: Primitive, args, params) -> list:
       raise core.EscapedTracerError(
           f"{x} escaped: its transformation has finished (was it saved to a "
           "global or an outer variable?). Return values from transformed functions.")
-  for observe in _observers:
+  for observe in dispatch_observers:
     observe(trace, prim, args, _depth)
   _depth += 1
   try:
@@ -391,7 +391,7 @@ impl_rules[jit_p] = _jit_impl
 abstract_eval_rules[jit_p] = lambda *avals, jaxpr, name: [x.aval for x in jaxpr.outvars]
 ad.jvp_rules[jit_p] = _jit_jvp
 batching.vmap_rules[jit_p] = _jit_vmap
-lowering.register_lowering(jit_p, _jit_lowering)
+lowering.lowering_rules[jit_p] = _jit_lowering
 
 
 # --- linearize, vjp and grad -----------------------------------------------------------------

@@ -323,9 +323,9 @@ def _eqn_label(eqn, names, var_label) -> str:
 
 
 def _jaxpr_alt(jaxpr, names, kind="A jaxpr's dataflow graph") -> str:
-  from .jaxpr import Lit, _fmt_literal
+  from .jaxpr import Lit, fmt_literal
   def atom(x):
-    return _fmt_literal(x.val) if isinstance(x, Lit) else f"{names[x]}:{x.aval.str_short()}"
+    return fmt_literal(x.val) if isinstance(x, Lit) else f"{names[x]}:{x.aval.str_short()}"
   prims = list(dict.fromkeys(e.primitive.name for e in jaxpr.eqns))
   return (f"{kind}: inputs {', '.join(map(atom, jaxpr.invars)) or 'none'}; "
           f"{len(jaxpr.eqns)} equations ({_clip(', '.join(prims), 80) or 'none'}); "
@@ -924,11 +924,11 @@ def record_dispatch():
     if depth == 0:
       roots[0] = trace
     rec.events.append((trace, prim, tuple(args), depth, roots[0], repr(trace)))
-  sl._observers.append(observe)
+  sl.dispatch_observers.append(observe)
   try:
     yield rec
   finally:
-    sl._observers.remove(observe)
+    sl.dispatch_observers.remove(observe)
 
 
 def dtype_lattice():
