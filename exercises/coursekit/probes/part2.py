@@ -256,7 +256,7 @@ def probe_2_5(p, nth_name, pp_eqn):
        lambda x: lax.convert_element_type(lax.greater(x, k), np.float32), (np.ones((2, 2)),)),
       ("a transpose and a max", lambda x: anp.max(anp.transpose(x), axis=(0, 1)), (np.ones((2, 3, 4)),)),
       ("no inputs", lambda: lax.mul(k, 3), ()),
-      ("a bool literal", lambda x: lax.mul(x, True), (np.ones(2, bool),)),
+      ("a bool literal", lambda x: lax.max(x, True), (np.ones(2, bool),)),
   ]
   for what, f, args in fs:
     closed = adx.make_jaxpr(f)(*args)
