@@ -8,7 +8,7 @@ import numpy as np
 
 import autodidax as adx
 import autodidax.numpy as anp
-from autodidax import ad, control_flow, core, lax
+from autodidax import ad, control_flow, core, flop_count, lax
 from autodidax.control_flow import cond_p, scan_p
 from autodidax.core import ShapedArray
 
@@ -200,7 +200,7 @@ def probe_C_5(p, dot_general_flops):
       ("in a 7-step loop", lambda a, v: lax.fori_loop(0, 7, lambda i, h: a @ v + h, np.zeros(m)),
        (a, v)),
   ]
-  with patched(control_flow, "flops_rules", dict(control_flow.flops_rules)) as rules:
+  with patched(flop_count, "flops_rules", dict(flop_count.flops_rules)) as rules:
     rules[lax.dot_general_p] = dot_general_flops
     for what, f, args in cases:
       got = p.call(f"flops of {what}", adx.flops(f), *args)
