@@ -152,11 +152,13 @@ def test_zip_members(runs):
   by = {}
   for r in rows:
     by.setdefault(r["submission"], []).append(r)
-  assert sorted(by) == ["alice (copy 2).ipynb", "alice.ipynb", "BOB.IPYNB", "bomb.ipynb"]
-  assert {r["status"] for r in by["alice.ipynb"]} == {"pass"}
-  assert {r["status"] for r in by["alice (copy 2).ipynb"]} == {"fail"}
-  assert {r["student"] for r in by["BOB.IPYNB"]} == {"BOB"}
-  assert "over the 16 MiB limit" in by["bomb.ipynb"][0]["reason"]
+  assert sorted(by) == ["class/BOB.IPYNB", "class/alice (copy 2).ipynb", "class/alice.ipynb",
+                        "class/bomb.ipynb"]
+  assert {r["status"] for r in by["class/alice.ipynb"]} == {"pass"}
+  assert {r["status"] for r in by["class/alice (copy 2).ipynb"]} == {"fail"}
+  assert {r["student"] for r in by["class/alice (copy 2).ipynb"]} == {"alice"}
+  assert {r["student"] for r in by["class/BOB.IPYNB"]} == {"BOB"}
+  assert "over the 16 MiB limit" in by["class/bomb.ipynb"][0]["reason"]
 
 
 @needs_bwrap
