@@ -902,11 +902,11 @@ class DispatchRecording:
                              title=f"step {i + 1}/{len(self.events)}: bind({p.name})")
 
   def frame_html(self, i: int, context: int = 0) -> str:
-    svg = self.frame_graph(i).pipe(format="svg").decode()
+    """One frame: the chain of traces (named for screen readers, fit to the
+    column) beside the bind's operands; one below the other on a phone."""
     args = html.escape(", ".join(_sl_short(a) for a in self.events[i][2]))
-    return (f'<div style="display:flex;gap:16px;align-items:flex-start">'
-            f'<div style="flex:0 0 auto">{svg[svg.index("<svg"):]}</div>'
-            f'<div style="font-family:monospace;font-size:12px"><b>in:</b> {args}</div></div>')
+    return _panes([svg_html(self.frame_graph(i)),
+                   f'<div style="font-family:monospace;font-size:14px"><b>in:</b> {args}</div>'])
 
   def stepper(self, max_frames: int = 60):
     """Like `Recording.stepper`, for the context-based design: it works offline."""
