@@ -197,17 +197,21 @@ def _where_mask(cond, like):
 
 
 def _max_jvp(primals, tangents):
-  # Where x == y, each operand gets half the tangent, as in JAX.
   (x, y), (x_dot, y_dot) = primals, tangents
   out = lax.max(x, y)
-  gt, lt = _where_mask(lax.greater(x, y), out), _where_mask(lax.less(x, y), out)
-  half_eq = lax.mul(0.5, lax.sub(lax.sub(1., gt), lt))
+  return out, _pick_tangent(out, lax.greater(x, y), lax.less(x, y), x_dot, y_dot)
+
+
+def _pick_tangent(out, x_wins, y_wins, x_dot, y_dot):
+  """The tangent of max or min: the winner's, and half of each where x == y (as JAX)."""
+  xw, yw = _where_mask(x_wins, out), _where_mask(y_wins, out)
+  half_eq = lax.mul(0.5, lax.sub(lax.sub(1., xw), yw))
   t = Zero.from_value(out)
   if type(x_dot) is not Zero:
-    t = add_tangents(t, lax.mul(_scalar_broadcast(x_dot, out), lax.add(gt, half_eq)))
+    t = add_tangents(t, lax.mul(_scalar_broadcast(x_dot, out), lax.add(xw, half_eq)))
   if type(y_dot) is not Zero:
-    t = add_tangents(t, lax.mul(_scalar_broadcast(y_dot, out), lax.add(lt, half_eq)))
-  return out, t
+    t = add_tangents(t, lax.mul(_scalar_broadcast(y_dot, out), lax.add(yw, half_eq)))
+  return t
 
 
 jvp_rules[max_p] = _max_jvp
@@ -433,14 +437,7 @@ def _full(x, like):
 def _min_jvp(primals, tangents):
   (x, y), (x_dot, y_dot) = primals, tangents
   out = lax.min(x, y)
-  lt, gt = _mask(lax.less(x, y), out), _mask(lax.greater(x, y), out)
-  half_eq = lax.mul(0.5, lax.sub(lax.sub(1., gt), lt))   # ties split the tangent
-  t = Zero.from_value(out)
-  if type(x_dot) is not Zero:
-    t = add_tangents(t, lax.mul(_full(x_dot, out), lax.add(lt, half_eq)))
-  if type(y_dot) is not Zero:
-    t = add_tangents(t, lax.mul(_full(y_dot, out), lax.add(gt, half_eq)))
-  return out, t
+  return out, _pick_tangent(out, lax.less(x, y), lax.greater(x, y), x_dot, y_dot)
 
 
 jvp_rules[lax.min_p] = _min_jvp
