@@ -379,14 +379,12 @@ def scan(f, init, xs, length=None, reverse=False):
     init_avals = [shaped_abstractify(x) for x in init_flat]
     j, consts, (c_tree, y_tree) = trace(init_avals)
   _check_carry("scan", "f", init_tree, c_tree, init_avals, j.out_avals[:nc], strict=True)
-  n_in = len(consts) + nc + len(xs_flat)
   outs = scan_p.bind(*consts, *init_flat, *xs_flat, jaxpr=as_closed(j), num_consts=len(consts),
-                     num_carry=nc, length=length, reverse=bool(reverse),
-                     linear=(False,) * n_in)
+                     num_carry=nc, length=length, reverse=bool(reverse))
   return tree_unflatten(c_tree, outs[:nc]), tree_unflatten(y_tree, outs[nc:])
 
 
-def _scan_impl(*args, jaxpr, num_consts, num_carry, length, reverse, linear):
+def _scan_impl(*args, jaxpr, num_consts, num_carry, length, reverse):
   consts, carry = args[:num_consts], list(args[num_consts:num_consts + num_carry])
   xs = [np.asarray(x) for x in args[num_consts + num_carry:]]
   ys = [None] * length
@@ -399,7 +397,7 @@ def _scan_impl(*args, jaxpr, num_consts, num_carry, length, reverse, linear):
   return [*carry, *[s.astype(a.dtype) for s, a in zip(stacked, y_avals)]]
 
 
-def _scan_abstract_eval(*args, jaxpr, num_consts, num_carry, length, reverse, linear):
+def _scan_abstract_eval(*args, jaxpr, num_consts, num_carry, length, reverse):
   consts, carry = args[:num_consts], args[num_consts:num_consts + num_carry]
   xs = args[num_consts + num_carry:]
   for i, x in enumerate(xs):
@@ -422,7 +420,7 @@ impl_rules[scan_p] = _scan_impl
 abstract_eval_rules[scan_p] = _scan_abstract_eval
 
 
-def _scan_jvp(primals, tangents, *, jaxpr, num_consts, num_carry, length, reverse, linear):
+def _scan_jvp(primals, tangents, *, jaxpr, num_consts, num_carry, length, reverse):
   nc, ncar = num_consts, num_carry
   nz = [t and is_float(get_aval(x)) for t, x in zip(nonzero_mask(tangents), primals)]
   consts_nz, carry_nz, xs_nz = nz[:nc], nz[nc:nc + ncar], nz[nc + ncar:]
@@ -455,7 +453,7 @@ def _scan_jvp(primals, tangents, *, jaxpr, num_consts, num_carry, length, revers
   consts, carry, xs = primals[:nc], primals[nc:nc + ncar], primals[nc + ncar:]
   ops = [*jc, *consts, *consts_dot, *carry, *carry_dot, *xs, *xs_dot]
   res = scan_p.bind(*ops, jaxpr=as_closed(j), num_consts=k + nc + a, num_carry=ncar + b,
-                    length=length, reverse=reverse, linear=(False,) * len(ops))
+                    length=length, reverse=reverse)
   carry_out, carry_dot_out = res[:ncar], iter(res[ncar:ncar + b])
   ys, ys_dot = res[ncar + b:ncar + b + n_ys], iter(res[ncar + b + n_ys:])
   p_out = [*carry_out, *ys]
@@ -467,8 +465,7 @@ def _scan_jvp(primals, tangents, *, jaxpr, num_consts, num_carry, length, revers
 ad.jvp_rules[scan_p] = _scan_jvp
 
 
-def _scan_vmap(axis_size, vals_in, dims_in, *, jaxpr, num_consts, num_carry, length, reverse,
-               linear):
+def _scan_vmap(axis_size, vals_in, dims_in, *, jaxpr, num_consts, num_carry, length, reverse):
   nc, ncar = num_consts, num_carry
   bat = [d is not not_mapped for d in dims_in]
   consts_b, carry_b, xs_b = bat[:nc], bat[nc:nc + ncar], bat[nc + ncar:]
@@ -490,7 +487,7 @@ def _scan_vmap(axis_size, vals_in, dims_in, *, jaxpr, num_consts, num_carry, len
         for x, d in zip(vals_in[nc + ncar:], dims_in[nc + ncar:])]
   ops = [*jc, *consts, *carry, *xs]
   outs = scan_p.bind(*ops, jaxpr=as_closed(j), num_consts=len(jc) + nc, num_carry=ncar,
-                     length=length, reverse=reverse, linear=(False,) * len(ops))
+                     length=length, reverse=reverse)
   return outs, ([0 if b else not_mapped for b in out_b[:ncar]]
                 + [1 if b else not_mapped for b in out_b[ncar:]])
 
@@ -498,7 +495,7 @@ def _scan_vmap(axis_size, vals_in, dims_in, *, jaxpr, num_consts, num_carry, len
 batching.vmap_rules[scan_p] = _scan_vmap
 
 
-def _scan_lowering(ctx, *args, jaxpr, num_consts, num_carry, length, reverse, linear):
+def _scan_lowering(ctx, *args, jaxpr, num_consts, num_carry, length, reverse):
   """A scan is a while loop over (i, carry, ys): each iteration slices x = xs[i]
   (dynamic_slice), runs the body, and writes y into ys[i] (dynamic_update_slice)."""
   nc, ncar = num_consts, num_carry
@@ -612,19 +609,19 @@ def _scan_split(jaxpr: Jaxpr, nc, ncar, unknowns):
   return j1, j2, carry_uk, out_uk, const_res_idx, stacked_avals
 
 
-def _scan_params(j, nconsts, ncarry, length, reverse, n_in):
+def _scan_params(j, nconsts, ncarry, length, reverse):
   return dict(jaxpr=as_closed(j), num_consts=nconsts, num_carry=ncarry, length=length,
-              reverse=reverse, linear=(False,) * n_in)
+              reverse=reverse)
 
 
-def _scan_partial_eval(trace, tracers, *, jaxpr, num_consts, num_carry, length, reverse, linear):
+def _scan_partial_eval(trace, tracers, *, jaxpr, num_consts, num_carry, length, reverse):
   nc, ncar = num_consts, num_carry
   unknowns = [t.pval.is_unknown for t in tracers]
   j1, j2, carry_uk, out_uk, const_res_idx, _ = _scan_split(jaxpr.jaxpr, nc, ncar, unknowns)
   uk = unknowns[:nc] + carry_uk + unknowns[nc + ncar:]
   known_in = [t.pval.const for t, u in zip(tracers, uk) if not u]
   nkc, nkcar = nc - sum(unknowns[:nc]), ncar - sum(carry_uk)
-  outs1 = scan_p.bind(*known_in, **_scan_params(j1, nkc, nkcar, length, reverse, len(known_in)))
+  outs1 = scan_p.bind(*known_in, **_scan_params(j1, nkc, nkcar, length, reverse))
   n_known_out = len(out_uk) - sum(out_uk)
   known_out, stacked = outs1[:n_known_out], outs1[n_known_out:]
   known_consts = [t for t, u in zip(tracers[:nc], unknowns[:nc]) if not u]
@@ -635,9 +632,9 @@ def _scan_partial_eval(trace, tracers, *, jaxpr, num_consts, num_carry, length, 
   uk_xs = [t for t, u in zip(tracers[nc + ncar:], unknowns[nc + ncar:]) if u]
   ins2 = [*const_res, *uk_consts, *uk_carry, *stacked_t, *uk_xs]
   all_avals = _scan_abstract_eval(*[t.aval for t in tracers], jaxpr=jaxpr, num_consts=nc,
-                                  num_carry=ncar, length=length, reverse=reverse, linear=linear)
+                                  num_carry=ncar, length=length, reverse=reverse)
   outs2 = trace.stage(scan_p, ins2, _scan_params(j2, len(const_res) + len(uk_consts),
-                                                 len(uk_carry), length, reverse, len(ins2)),
+                                                 len(uk_carry), length, reverse),
                       [a for a, u in zip(all_avals, out_uk) if u])
   known_out, outs2 = iter(known_out), iter(outs2)
   return [next(outs2) if u else trace.pure(next(known_out)) for u in out_uk]
@@ -657,7 +654,7 @@ def _scan_partial_eval_jaxpr(unks_in, eqn):
   nkc, nkcar = nc - sum(unks_in[:nc]), ncar - sum(carry_uk)
   stacked = [Var(ShapedArray((length, *a.shape), a.dtype, a.weak_type)) for a in stacked_avals]
   outs1 = [v for v, u in zip(eqn.out_binders, out_uk) if not u]
-  eqn1 = JaxprEqn(scan_p, ins1, _scan_params(j1, nkc, nkcar, length, reverse, len(ins1)),
+  eqn1 = JaxprEqn(scan_p, ins1, _scan_params(j1, nkc, nkcar, length, reverse),
                   outs1 + stacked)
   known_consts = [x for x, u in zip(ins[:nc], unks_in[:nc]) if not u]
   const_res = [known_consts[i] for i in const_res_idx]
@@ -667,7 +664,7 @@ def _scan_partial_eval_jaxpr(unks_in, eqn):
   ins2 = [*const_res, *uk_consts, *uk_carry, *stacked, *uk_xs]
   outs2 = [v for v, u in zip(eqn.out_binders, out_uk) if u]
   eqn2 = JaxprEqn(scan_p, ins2, _scan_params(j2, len(const_res) + len(uk_consts), len(uk_carry),
-                                             length, reverse, len(ins2)), outs2)
+                                             length, reverse), outs2)
   # Known carries forced unknown enter the unknown scan as residuals too.
   res = stacked + [x for x in const_res + uk_carry if type(x) is Var]
   return eqn1, eqn2, out_uk, res
@@ -676,7 +673,7 @@ def _scan_partial_eval_jaxpr(unks_in, eqn):
 pe.partial_eval_jaxpr_rules[scan_p] = _scan_partial_eval_jaxpr
 
 
-def _scan_transpose(cts, *args, jaxpr, num_consts, num_carry, length, reverse, linear):
+def _scan_transpose(cts, *args, jaxpr, num_consts, num_carry, length, reverse):
   """Run the linear scan backwards. Consts that are residuals stay consts;
   linear consts accumulate their cotangent in the carry; the carry's
   cotangent is the carry; residual xs and the ys' cotangents are scanned over
@@ -720,7 +717,7 @@ def _scan_transpose(cts, *args, jaxpr, num_consts, num_carry, length, reverse, l
   acc0 = [np.zeros(a.shape, a.dtype) for a in lin_c_avals]
   ops = [*tc, *res_consts, *acc0, *ct_carry, *res_xs, *ct_ys]
   outs = scan_p.bind(*ops, **_scan_params(tj, len(tc) + len(res_consts),
-                                          len(acc0) + ncar, length, not reverse, len(ops)))
+                                          len(acc0) + ncar, length, not reverse))
   nlc = len(acc0)
   ct_consts, ct_init, ct_xs = iter(outs[:nlc]), outs[nlc:nlc + ncar], iter(outs[nlc + ncar:])
   return ([next(ct_consts) if l else None for l in c_lin]
