@@ -230,6 +230,7 @@ SHAPED_SUBSET = [   # (name, jax function, avals, params)
      dict(padding_config=((1, -1, 2), (0, 2, 0)))),
     ("slice", lambda x: jax.lax.slice(x, (0, 1), (2, 3), (1, 2)), [(2, 3)],
      dict(start_indices=(0, 1), limit_indices=(2, 3), strides=(1, 2))),
+    ("rev", lambda x: jax.lax.rev(x, (1,)), [(2, 3)], dict(dimensions=(1,))),
 ]
 COVERED = set(BINARY) | set(UNARY) | {"reduce_sum", "reduce_max", "broadcast", "transpose",
                                       "reshape", "convert_element_type", "dot_general",

@@ -153,6 +153,7 @@ CASES = [
      lambda x: jax.lax.pad(x, np.float32(-1), [(1, -1, 2), (0, 2, 0)]), (F32(3, 2),)),
     ("slice", lambda x: lax.slice(x, (1, 0), (3, 4), (1, 3)),
      lambda x: jax.lax.slice(x, (1, 0), (3, 4), (1, 3)), (F32(3, 4),)),
+    ("rev", lambda x: lax.rev(x, (0, 1)), lambda x: jax.lax.rev(x, (0, 1)), (I32(3, 4),)),
     ("dynamic_slice", lambda x, i: lax.dynamic_slice(x, (i, 1), (2, 2)),
      lambda x, i: jax.lax.dynamic_slice(x, (i, 1), (2, 2)), (F32(4, 3), np.int64(3))),
     ("dynamic_update_slice", lambda x, u, i: lax.dynamic_update_slice(x, u, (i, np.int32(0))),

@@ -149,6 +149,9 @@ def _numpy_subset_cases():
     yield Case(f"slice-{shape}-{start}-{limit}-{strides}", "slice",
                lambda x, a=start, b=limit, s=strides: lax.slice(x, a, b, s),
                lambda x, a=start, b=limit, s=strides: jlax.slice(x, a, b, s), (shape,))
+  for shape, dims in [((5,), (0,)), ((2, 3, 4), (0, 2)), ((3, 2), ())]:
+    yield Case(f"rev-{shape}-{dims}", "rev", lambda x, d=dims: lax.rev(x, d),
+               lambda x, d=dims: jlax.rev(x, d), (shape,))
   for shape, start, sizes in [((5,), (1,), (3,)), ((4, 3), (3, 1), (2, 2)), ((4, 3), (-1, 0), (1, 3))]:
     yield Case(f"dynamic_slice-{shape}-{start}-{sizes}", "dynamic_slice",
                lambda x, s=start, n=sizes: lax.dynamic_slice(x, s, n),

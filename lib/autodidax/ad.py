@@ -525,7 +525,7 @@ def _reduce_prod_jvp(primals, tangents, *, axes):
 
 
 jvp_rules[lax.reduce_prod_p] = _reduce_prod_jvp
-for _p in (lax.cumsum_p, lax.concatenate_p, lax.pad_p, lax.slice_p):
+for _p in (lax.cumsum_p, lax.concatenate_p, lax.pad_p, lax.slice_p, lax.rev_p):
   jvp_rules[_p] = linear_jvp(_p)
 
 
@@ -601,6 +601,7 @@ def _slice_transpose(ct, x, *, start_indices, limit_indices, strides):
 
 transpose_rules[lax.pad_p] = _pad_transpose
 transpose_rules[lax.slice_p] = _slice_transpose
+transpose_rules[lax.rev_p] = lambda ct, x, *, dimensions: [lax.rev(ct, dimensions)]
 
 
 def _dynamic_slice_transpose(ct, x, *starts, slice_sizes):

@@ -255,9 +255,16 @@ def _slice_rule(axis_size, vals_in, dims_in, *, start_indices, limit_indices, st
   return lax.slice(x, (0, *start_indices), (axis_size, *limit_indices), (1, *strides)), 0
 
 
+def _rev_rule(axis_size, vals_in, dims_in, *, dimensions):
+  (x,), (x_bdim,) = vals_in, dims_in
+  x = move_batch_axis(axis_size, x_bdim, 0, x)
+  return lax.rev(x, [d + 1 for d in dimensions]), 0
+
+
 vmap_rules[lax.argmax_p] = lambda *a, **kw: _arg_reduce_rule(lax.argmax_p, *a, **kw)
 vmap_rules[lax.argmin_p] = lambda *a, **kw: _arg_reduce_rule(lax.argmin_p, *a, **kw)
 vmap_rules[lax.cumsum_p] = _cumsum_rule
 vmap_rules[lax.concatenate_p] = _concatenate_rule
 vmap_rules[lax.pad_p] = _pad_rule
 vmap_rules[lax.slice_p] = _slice_rule
+vmap_rules[lax.rev_p] = _rev_rule

@@ -61,12 +61,15 @@ def _strong(node) -> np.dtype:
   return _WEAK_DTYPE.get(node, node) if isinstance(node, str) else node
 
 
+_PYTHON_SCALARS = {int: (np.dtype(np.int64), True), float: (np.dtype(np.float64), True),
+                   complex: (np.dtype(np.complex128), True), bool: (np.dtype(bool), False)}
+
+
 def dtype_and_weak(x) -> tuple:
   """(dtype, weak_type) of an array-like: a Python scalar is weak, bool aside."""
-  if type(x) in (int, float, complex):
-    return np.dtype({int: np.int64, float: np.float64, complex: np.complex128}[type(x)]), True
-  if type(x) is bool:
-    return np.dtype(bool), False
+  known = _PYTHON_SCALARS.get(type(x))
+  if known is not None:
+    return known
   aval = getattr(x, "aval", None)
   if aval is not None:
     return aval.dtype, aval.weak_type

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import builtins
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -23,15 +24,39 @@ from .util import canonicalize_axis
 
 # --- Elementwise ------------------------------------------------------------------
 
-def _binary_impl(name, np_fn):
+def _binary_impl(prim, np_fn):
   def impl(x, y):
     sx, sy = np.shape(x), np.shape(y)
     if sx != sy and sx and sy:
-      raise ShapeError(f"{name}: shapes {sx} and {sy} are incompatible. lax "
+      raise ShapeError(f"{prim.name}: shapes {sx} and {sy} are incompatible. lax "
                        "operations need equal shapes (or a scalar); use "
                        "autodidax.numpy for NumPy-style broadcasting.")
+    tx, ty = OperandType.of(x), OperandType.of(y)   # reject what jit rejects
+    _check_kinds(prim, tx, ty)
+    if tx.dtype != ty.dtype:
+      binary_dtype(prim.name, tx, ty)
     return np_fn(x, y)
   return impl
+
+
+def _unary_impl(prim, np_fn):
+  def impl(x):
+    _check_kinds(prim, OperandType.of(x))
+    return np_fn(x)
+  return impl
+
+
+class OperandType(NamedTuple):
+  """What the dtype checks read of an operand (an aval has both fields too):
+  eager impl rules check concrete operands with it, without building avals."""
+  dtype: np.dtype
+  weak_type: bool
+
+  @classmethod
+  def of(cls, x):
+    if type(x) is np.ndarray:   # the common case, made quick
+      return cls(x.dtype, False)
+    return cls(*dtypes.dtype_and_weak(x))
 
 
 class ShapeError(TypeError):
@@ -109,9 +134,9 @@ operand_kinds = {
                                              tanh_p, sqrt_p, rsqrt_p, floor_p)}}
 
 for _p, _fn in binary_primitives.items():
-  impl_rules[_p] = _binary_impl(_p.name, _fn)
+  impl_rules[_p] = _binary_impl(_p, _fn)
 for _p, _fn in unary_primitives.items():
-  impl_rules[_p] = _fn
+  impl_rules[_p] = _unary_impl(_p, _fn)
 
 
 def add(x, y): return add_p.bind(x, y)
@@ -152,7 +177,14 @@ def stop_gradient(x):
 
 integer_pow_p = Primitive("integer_pow")
 round_p = Primitive("round")
-impl_rules[integer_pow_p] = lambda x, *, y: np.power(x, np.asarray(y, np.result_type(x)))
+
+
+def _integer_pow_impl(x, *, y):
+  _check_integer_pow(OperandType.of(x), y)
+  return np.power(x, np.asarray(y, np.result_type(x)))
+
+
+impl_rules[integer_pow_p] = _integer_pow_impl
 
 
 def integer_pow(x, y: int):
@@ -372,6 +404,7 @@ def expand_dims(x, dimensions):
 concatenate_p = Primitive("concatenate")
 pad_p = Primitive("pad")
 slice_p = Primitive("slice")
+rev_p = Primitive("rev")
 dynamic_slice_p = Primitive("dynamic_slice")
 dynamic_update_slice_p = Primitive("dynamic_update_slice")
 
@@ -429,6 +462,17 @@ def slice(x, start_indices, limit_indices, strides=None):  # noqa: A001
                      f"fit an array of shape {shape} (0 <= start <= limit <= size, "
                      "strides >= 1)")
   return slice_p.bind(x, start_indices=start, limit_indices=limit, strides=strides)
+
+
+impl_rules[rev_p] = lambda x, *, dimensions: np.flip(x, dimensions)
+
+
+def rev(x, dimensions):
+  """Reverse the order of the elements along each axis in `dimensions`."""
+  dims = tuple(sorted(canonicalize_axis(int(d), np.ndim(x)) for d in dimensions))
+  if len(set(dims)) < len(dims):
+    raise ValueError(f"rev: dimensions {tuple(dimensions)} name an axis twice")
+  return rev_p.bind(x, dimensions=dims)
 
 
 def _clamped_starts(shape, starts, sizes):
@@ -559,11 +603,15 @@ for _p in (argmax_p, argmin_p):
   abstract_eval_rules[_p] = _reduce_abstract_eval(_p, index_dtype=True)
 
 
-def _integer_pow_abstract_eval(x, *, y):
+def _check_integer_pow(x, y):
   _check_kinds(integer_pow_p, x)
   if y < 0 and x.dtype.kind in "iu":
     raise TypeError("integer_pow: integers to negative powers are not integers; "
                     "convert the base to a float first")
+
+
+def _integer_pow_abstract_eval(x, *, y):
+  _check_integer_pow(x, y)
   return as_shaped(x)
 
 
@@ -650,6 +698,15 @@ def _slice_abstract_eval(x, *, start_indices, limit_indices, strides):
 
 
 abstract_eval_rules[slice_p] = _slice_abstract_eval
+
+
+def _rev_abstract_eval(x, *, dimensions):
+  if any(not 0 <= d < x.ndim for d in dimensions):
+    raise ShapeError(f"rev: dimensions {dimensions} out of range for {x.str_short()}")
+  return as_shaped(x)
+
+
+abstract_eval_rules[rev_p] = _rev_abstract_eval
 
 
 def _check_index_avals(name, x, starts):

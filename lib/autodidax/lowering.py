@@ -452,6 +452,11 @@ def _slice_lowering(ctx, x, *, start_indices, limit_indices, strides):
                   f"{mlir_type(ctx.avals_out[0])}")
 
 
+def _rev_lowering(ctx, x, *, dimensions):
+  return ctx.emit(f"stablehlo.reverse {x}, dims = {list(dimensions)} : "
+                  f"{mlir_type(ctx.avals_out[0])}")
+
+
 def _dynamic_slice_lowering(ctx, x, *starts, slice_sizes):
   ins = ", ".join(mlir_type(a) for a in ctx.avals_in)
   return ctx.emit(f"stablehlo.dynamic_slice {x}, {', '.join(starts)}, sizes = "
@@ -467,5 +472,6 @@ def _dynamic_update_slice_lowering(ctx, x, update, *starts):
 lowering_rules[lax.concatenate_p] = _concatenate_lowering
 lowering_rules[lax.pad_p] = _pad_lowering
 lowering_rules[lax.slice_p] = _slice_lowering
+lowering_rules[lax.rev_p] = _rev_lowering
 lowering_rules[lax.dynamic_slice_p] = _dynamic_slice_lowering
 lowering_rules[lax.dynamic_update_slice_p] = _dynamic_update_slice_lowering

@@ -276,15 +276,34 @@ def clip(x, min=None, max=None):  # noqa: A002
 
 
 def power(x, y):
-  """`x ** y`: integer_pow for a Python int `y`, else the pow primitive."""
+  """`x ** y`: integer_pow for a Python int `y`, the pow primitive for
+  floats, and squaring for integers to integer arrays."""
   if type(y) is int:
     return _weak(lax.integer_pow(x, y), x)
   x0, y0 = x, y
   x, y = _broadcast_arrays(*_promote(x, y))
-  if result_type(x, y).kind not in "fc":
-    raise TypeError("power: an integer array to an integer array power is not in "
-                    "autodidax; use a Python int exponent, or convert to floats")
+  if result_type(x, y) == bool:   # as in JAX, bools are powered as int32s
+    x, y = astype(x, int32), astype(y, int32)
+  if result_type(x, y).kind in "iu":
+    return _weak(_integer_power(x, y), x0, y0)
   return _weak(lax.pow(x, y), x0, y0)
+
+
+def _integer_power(x, y):
+  """An integer to an integer power, as JAX computes it: square `x` once for
+  each bit of `y`, multiplying in the powers whose bit is set. Six bits are
+  enough (a larger power of anything but -1, 0 and 1 overflows int64), so
+  only `y mod 64` counts, for a negative `y` too."""
+  dtype, shape = result_type(x, y), _np.broadcast_shapes(_np.shape(x), _np.shape(y))
+  x, y = (broadcast_to(astype(v, dtype), shape) for v in (x, y))
+  zero = dtype.type(0)
+  acc = lax.select_n(lax.bitwise_and(lax.eq(x, zero), lax.ne(y, zero)),
+                     _np.ones(shape, dtype), _np.zeros(shape, dtype))
+  for bit in range(6):
+    is_set = lax.ne(lax.bitwise_and(y, dtype.type(1 << bit)), zero)
+    acc = lax.select_n(is_set, acc, lax.mul(acc, x))
+    x = lax.mul(x, x)
+  return acc
 
 
 def _axes(x, axis):
@@ -300,7 +319,7 @@ def _keepdims(out, x, axes):
 
 def _reduction(reduce, x, axis, keepdims, dtype):
   axes = _axes(x, axis)
-  x = astype(x, dtype) if dtype is not None and result_type(x) != dtype else x
+  x = astype(x, dtype or result_type(x))   # strongly typed, as JAX's reductions
   out = reduce(x, axes)
   return _keepdims(out, x, axes) if keepdims else out
 
@@ -364,8 +383,8 @@ def cumsum(x, axis=None, dtype=None):
   """Running sums (of the flattened array when `axis` is None); bools count as int64."""
   if axis is None:
     x, axis = reshape(x, -1), 0
-  dtype = dtype or (int64 if result_type(x) == _np.bool_ else None)
-  return lax.cumsum(astype(x, dtype) if dtype else x, axis)
+  dtype = dtype or (int64 if result_type(x) == _np.bool_ else result_type(x))
+  return lax.cumsum(astype(x, dtype), axis)
 
 
 # --- Building arrays -----------------------------------------------------------------------
@@ -516,8 +535,9 @@ def matmul(a, b):
 
 def _getitem(x, idx):
   """`x[idx]` for ints (static or traced), slices with static bounds, None
-  and `...`: one `slice`, then one `dynamic_slice` for traced indices, then
-  a reshape that drops the indexed axes and adds the new ones."""
+  and `...`: one `slice`, a `rev` of the axes sliced with negative steps,
+  one `dynamic_slice` for traced indices, then a reshape that drops the
+  indexed axes and adds the new ones."""
   idx = idx if isinstance(idx, tuple) else (idx,)
   shape = _np.shape(x)
   for i in idx:
@@ -533,7 +553,7 @@ def _getitem(x, idx):
   # `...` stands for as many full slices as needed; so do missing trailing ones.
   k = next((j for j, i in enumerate(idx) if i is Ellipsis), len(idx))
   idx = idx[:k] + (builtins.slice(None),) * (len(shape) - used) + idx[k + 1:]
-  start, limit, strides, dyn, out_shape, axis = [], [], [], {}, [], 0
+  start, limit, strides, dyn, out_shape, flips, axis = [], [], [], {}, [], [], 0
   for i in idx:
     if i is None:
       out_shape.append(1)
@@ -541,9 +561,10 @@ def _getitem(x, idx):
     d = shape[axis]
     if isinstance(i, builtins.slice):
       a, b, s = i.indices(d)
-      if s < 0:
-        raise IndexError("autodidax supports only positive slice steps")
       n = builtins.max(0, -(-(b - a) // s))
+      if s < 0:   # the same elements in a forward slice, then reversed
+        flips.append(axis)
+        a, s = (a + (n - 1) * s if n else 0), -s
       start.append(a); limit.append(a + (n - 1) * s + 1 if n else a); strides.append(s)
       out_shape.append(n)
     elif isinstance(i, Tracer):
@@ -558,6 +579,8 @@ def _getitem(x, idx):
     axis += 1
   if (start, limit, strides) != ([0] * len(shape), list(shape), [1] * len(shape)):
     x = lax.slice(x, start, limit, strides)
+  if flips:
+    x = lax.rev(x, flips)
   if dyn:
     sizes = list(_np.shape(x))
     starts = [_np.int64(0)] * len(sizes)

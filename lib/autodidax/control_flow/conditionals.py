@@ -3,20 +3,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import ad, batching, dtypes, lax, lowering
+from .. import ad, batching, lax, lowering
 from .. import partial_eval as pe
 from ..ad import Zero, instantiate_zeros
 from ..api import shaped_abstractify
 from ..batching import not_mapped
-from ..core import (Primitive, ShapedArray, abstract_eval_rules, get_aval, impl_rules,
+from ..core import (Primitive, abstract_eval_rules, get_aval, impl_rules,
                     raise_to_shaped)
 from ..jaxpr import Jaxpr, JaxprEqn, Var, eval_jaxpr
 from ..lowering import mlir_type
 from ..tree_util import tree_flatten, tree_unflatten
 from ..xla import transpose_jaxpr
-from .common import (avals_str, as_closed, convert_leaves, is_float, join_consts,
-                     jvp_jaxpr, nonzero_mask, lower_region, result_names, return_op, same_type, at_axis0, trace_flat,
-                     trace_tree, batch_jaxpr, zeros_of, clamp, select_n)
+from .common import (as_closed, at_axis0, avals_str, batch_jaxpr, clamp, is_float,
+                     join_consts, jvp_jaxpr, lower_region, nonzero_mask, result_names,
+                     return_op, same_type, select_n, trace_flat, trace_tree, zeros_of)
 
 
 # --- cond and switch ---------------------------------------------------------------------------
@@ -77,38 +77,21 @@ def _bind_cond(index, branches, operands, what, names=None):
     i = next(i for i in order if out_trees[i] != out_trees[first])
     raise TypeError(f"{what}: branches must return the same structure, but {names[first]} "
                     f"returns {out_trees[first]} and {names[i]} returns {out_trees[i]}")
-  # Types must agree; weakly typed outputs (Python scalars) adopt the others' dtype.
-  targets = _join_branch_types([t[0].out_avals for t in traced], what, names, order)
-  fixed = []
-  for (j, cs, tree), f in zip(traced, branches):
-    if any(not same_type(a, t) for a, t in zip(j.out_avals, targets)):
-      dts = [None if a.dtype == t.dtype else t.dtype for a, t in zip(j.out_avals, targets)]
-      conv = lambda *a, f=f, dts=dts: tree_unflatten(
-          tree, convert_leaves(tree_flatten(f(*a))[0], dts))
-      j, cs, _ = trace_tree(conv, in_tree, in_avals)
-    fixed.append((j, cs))
-  jaxprs, consts = join_consts(fixed)
+  # Shapes and dtypes must agree, as in JAX; only weak types may differ.
+  _check_branch_types([t[0].out_avals for t in traced], what, names, order)
+  jaxprs, consts = join_consts([t[:2] for t in traced])
   outs = cond_p.bind(index, *consts, *ops_flat, branches=tuple(as_closed(j) for j in jaxprs))
   return tree_unflatten(out_trees[0], outs)
 
 
-def _join_branch_types(outs_avals: list, what: str, names, order) -> list:
-  targets = []
+def _check_branch_types(outs_avals: list, what: str, names, order):
   for k, avals in enumerate(zip(*outs_avals)):
-    a0 = avals[0]
-    if all(same_type(a, a0) for a in avals):
-      targets.append(a0)
-      continue
-    strong = {a.dtype for a in avals if not a.weak_type}
-    if all(a.shape == a0.shape for a in avals) and len(strong) <= 1:
-      dtype = strong.pop() if strong else dtypes.join_types(
-          *[(a.dtype, True) for a in avals])[0]
-      targets.append(ShapedArray(a0.shape, dtype, not strong))
-      continue
-    types = "; ".join(f"{names[i]}: {avals_str(outs_avals[i])}" for i in order)
-    raise TypeError(f"{what}: every branch must return the same types, but output {k} "
-                    f"differs ({types}). Make the branches agree in shape and dtype.")
-  return targets
+    if any(not same_type(a, avals[0]) for a in avals):
+      types = "; ".join(f"{names[i]}: {avals_str(outs_avals[i])}" for i in order)
+      raise TypeError(f"{what}: every branch must return the same types, but output {k} "
+                      f"differs ({types}). Make the branches agree in shape and dtype "
+                      "(a Python scalar is a float64 or int64: convert it, e.g. "
+                      "x.dtype.type(0.0)).")
 
 
 def _cond_impl(index, *args, branches):
@@ -128,6 +111,7 @@ def _cond_abstract_eval(index, *args, branches):
         not same_type(a, b) for a, b in zip(br.out_avals, branches[0].out_avals)):
       raise TypeError(f"cond: branch {i} returns {avals_str(br.out_avals)} but branch 0 "
                       f"returns {avals_str(branches[0].out_avals)}")
+  # branch 0's types, weak types included, as JAX's cond
   return [raise_to_shaped(a) for a in branches[0].out_avals]
 
 
