@@ -324,6 +324,10 @@ def test_unclear_errors_are_clear():
     adx.jit(lambda x: float(x))(2.)
   with pytest.raises(TypeError, match=r"true_fun: \(f32\[\]\); false_fun: \(i32\[\]\)"):
     lax.cond(True, lambda: np.float32(1.), lambda: np.int32(1))
+  with pytest.raises(TypeError, match=r"array of integers \(a gather\) is not in autodidax"):
+    adx.jit(lambda x: x[np.array([0, 2])])(np.arange(3.))
+  with pytest.raises(TypeError, match="boolean mask makes the result's shape depend on the data"):
+    adx.jit(lambda x: x[x > 1.])(np.arange(3.))
   with pytest.raises(AttributeError, match="jax.numpy.fft is not in autodidax"):
     anp.fft
   with pytest.raises(AttributeError, match="jax.lax.conv is not in autodidax"):

@@ -543,8 +543,7 @@ def _getitem(x, idx):
   for i in idx:
     if not (i is None or i is Ellipsis or isinstance(i, builtins.slice)
             or type(i) is int or isinstance(i, _np.integer) or _is_int_scalar(i)):
-      raise TypeError(f"autodidax indexes with ints, slices, None and ... only, got "
-                      f"{i!r:.60}; use lax.dynamic_slice, or where() for masks")
+      raise TypeError(_unsupported_index(i))
   if builtins.sum(i is Ellipsis for i in idx) > 1:
     raise IndexError("an index can only have a single ellipsis ('...')")
   used = builtins.sum(i is not None and i is not Ellipsis for i in idx)
@@ -589,6 +588,19 @@ def _getitem(x, idx):
       starts[a] = i
     x = lax.dynamic_slice(x, starts, sizes)
   return x if _np.shape(x) == tuple(out_shape) else lax.reshape(x, out_shape)
+
+
+def _unsupported_index(i) -> str:
+  what = f"autodidax indexes with ints, slices, None and ... only, got {i!r:.60}"
+  dtype = getattr(getattr(i, "aval", None), "dtype", None) or getattr(i, "dtype", None)
+  if dtype == _np.bool_:   # (a traced mask: JAX rejects it under jit too)
+    return (f"{what}: a boolean mask makes the result's shape depend on the data. "
+            "Keep the shape instead: where(mask, x, 0)")
+  if dtype is not None and dtype.kind in "iu" or isinstance(i, list):
+    return (f"{what}: indexing with an array of integers (a gather) is not in autodidax. "
+            "Pick the elements one by one, stack([x[j] for j in idx]), or use "
+            "lax.dynamic_slice for a traced start")
+  return what
 
 
 def _is_int_scalar(i) -> bool:
