@@ -211,7 +211,7 @@ def test_sandbox_identity_network_and_view():
           " 'env': sorted(k for k in os.environ if k.startswith(('PYTEST', 'HOME')))}\n"
           "try:\n  socket.create_connection(('127.0.0.1', 22), timeout=2); r['net'] = True\n"
           "except OSError as e:\n  r['net'] = False\n"
-          "print(json.dumps(r))") % str(ROOT.parent)
+          "print(json.dumps(r))") % str(ROOT / "README.md")   # the course, at its host path
   _, r = run_in_sandbox(code)
   got = json.loads(r.output)
   assert got == {"uid": 65534, "work": False, "tmp": True, "env": ["HOME"], "net": False}
