@@ -371,6 +371,9 @@ FUNCS = {
     "stop_gradient": (lambda x: x * lax.stop_gradient(x), lambda x: x * jax.lax.stop_gradient(x)),
     "mod and floordiv": (lambda x: x % 0.7 + x // 0.7, lambda x: x % 0.7 + x // 0.7),
     "broadcast": (lambda x: lax.broadcast(x, (2,)) * 1., lambda x: jax.lax.broadcast(x, (2,)) * 1.),
+    "one_hot cross-entropy": (
+        lambda x: -anp.sum(nn.log_softmax(x) * nn.one_hot(np.array([0, 3, -1]), 4), axis=1),
+        lambda x: -jnp.sum(jax.nn.log_softmax(x) * jax.nn.one_hot(np.array([0, 3, -1]), 4), axis=1)),
 }
 
 
@@ -387,6 +390,15 @@ def test_new_functions_under_transformations(name):
   g = jax.grad(loss(theirs))(jnp.asarray(X))
   same(adx.grad(loss(ours))(X), g)
   same(adx.jit(adx.grad(loss(ours)))(X), g)
+
+
+@pytest.mark.parametrize("labels, k, kw", [
+    (np.array([0, 2, -1, 3]), 3, {}), (np.array([[0, 2]]), 3, dict(axis=0)),
+    (np.array([0, 1], np.int32), 3, dict(dtype=np.int32)), (np.array([[1, 0], [2, 2]]), 3, dict(axis=1))])
+def test_one_hot_as_jax(labels, k, kw):
+  theirs = jax.nn.one_hot(labels, k, **kw)
+  same(nn.one_hot(labels, k, **kw), theirs)
+  same(adx.jit(lambda v: nn.one_hot(v, k, **kw))(labels), theirs)
 
 
 def test_vmap_of_traced_indices():

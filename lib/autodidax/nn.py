@@ -26,5 +26,12 @@ def log_softmax(x, axis=-1):
   return anp.subtract(shifted, anp.log(anp.sum(anp.exp(shifted), axis, keepdims=True)))
 
 
+def one_hot(x, num_classes: int, *, dtype=None, axis=-1):
+  """A new axis of length `num_classes` holding 1 where its index is `x`'s
+  value and 0 elsewhere (all 0 for a value outside the classes), as JAX."""
+  hot = anp.equal(anp.expand_dims(x, -1), anp.arange(num_classes))
+  return anp.moveaxis(anp.astype(hot, dtype or anp.float64), -1, axis)
+
+
 def __getattr__(name):
   raise lax.not_in_autodidax("jax.nn", name)

@@ -598,8 +598,8 @@ def _unsupported_index(i) -> str:
             "Keep the shape instead: where(mask, x, 0)")
   if dtype is not None and dtype.kind in "iu" or isinstance(i, list):
     return (f"{what}: indexing with an array of integers (a gather) is not in autodidax. "
-            "Pick the elements one by one, stack([x[j] for j in idx]), or use "
-            "lax.dynamic_slice for a traced start")
+            "Pick the elements one by one, stack([x[j] for j in idx]); for class "
+            "labels, x[arange(n), labels] is sum(x * nn.one_hot(labels, k), axis=-1)")
   return what
 
 
