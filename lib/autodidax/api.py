@@ -276,6 +276,18 @@ def _tangent_aval(x):
   return ShapedArray(np.shape(x), np.result_type(get_aval(x).dtype))
 
 
+def _check_like(what, kind, owner, values, avals):
+  """Each `kind` (tangent, cotangent) must have the shape and dtype of the
+  `owner` it stands for (primal, output); a Python scalar takes the dtype."""
+  for v, want in zip(values, avals):
+    got = get_aval(v)
+    if got.shape != want.shape or (type(v) not in (bool, int, float) and got.dtype != want.dtype):
+      raise TransformationError(
+          f"{what}: each {kind} must have its {owner}'s shape and dtype; got a {kind} "
+          f"{got.str_short()} where the {owner} is {want.str_short()}. Make it like "
+          f"the {owner}, e.g. with anp.ones_like or .astype.")
+
+
 def linearize_flat(f, primals_in):
   """jvp with the tangents unknown: the primal part runs now, the tangent part
   is staged into a linear jaxpr (plus the residuals it needs)."""
@@ -307,12 +319,8 @@ def linearize(fun, *primals):
     tangents_flat, tree2 = tree_flatten(tangents)
     if tree2 != in_tree:
       raise TreeMismatchError("linearize: tangents", in_tree, tree2)
-    for p, t in zip(primals_flat, tangents_flat):
-      want, got = _tangent_aval(p), get_aval(t)
-      if got.shape != want.shape or (type(t) not in (bool, int, float) and got.dtype != want.dtype):
-        raise TransformationError(
-            f"linearize: each tangent must have its primal's shape and dtype; got "
-            f"a tangent {got.str_short()} for a primal {want.str_short()}.")
+    _check_like("linearize", "tangent", "primal", tangents_flat,
+                [_tangent_aval(p) for p in primals_flat])
     return tree_unflatten(out_tree, eval_jaxpr(jaxpr, consts, *tangents_flat))
   f_lin.jaxpr = ClosedJaxpr(jaxpr, consts)
   return tree_unflatten(out_tree, primals_out), f_lin
@@ -360,12 +368,7 @@ def vjp(fun, *primals, has_aux=False):
     cts_flat, tree2 = tree_flatten(ct)
     if tree2 != out_tree:
       raise TreeMismatchError("vjp: the cotangent must be structured like the output", out_tree, tree2)
-    for c, y in zip(cts_flat, primals_out):
-      want, got = get_aval(y), get_aval(c)
-      if got.shape != want.shape or (type(c) not in (bool, int, float) and got.dtype != want.dtype):
-        raise TransformationError(
-            f"vjp: each cotangent must have its output's shape and dtype; got a "
-            f"cotangent {got.str_short()} for an output {want.str_short()}.")
+    _check_like("vjp", "cotangent", "output", cts_flat, [get_aval(y) for y in primals_out])
     return tree_unflatten(in_tree, f_vjp_flat(*cts_flat, *aux_cts))
   f_vjp.jaxpr = f_vjp_flat.jaxpr   # the linear jaxpr that the backward pass runs
   out = tree_unflatten(out_tree, primals_out)
