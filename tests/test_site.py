@@ -165,14 +165,7 @@ def test_part1_renders_graphs_and_widgets_offline(build, browser):
   _assert_drawn(drawn[0])
 
   # The bind stepper works without a kernel: picking a bind shows its frame.
-  step_title = """() => [...document.querySelectorAll('.widget-html')]
-      .map(e => (e.innerText.match(/step \\d+\\/\\d+/) || [''])[0]).filter(x => x)"""
-  assert page.evaluate(step_title)[0].startswith("step 1/")
-  binds = page.locator(".widget-select select").first
-  binds.scroll_into_view_if_needed()
-  binds.select_option(index=3)
-  page.wait_for_function(f"() => ({step_title})().some(t => t.startsWith('step 4/'))",
-                         timeout=20_000)
+  _step_to(page, 4)
 
   p.settle()
   # From the top, so the sticky header and sidebars are drawn where they belong.
@@ -189,17 +182,25 @@ def test_jax_today_dispatch_stepper_steps_offline(build, browser):
     _skip_or_fail("widget JavaScript not fetched (scripts/fetch_widget_js.sh needs npm)")
   p = _page(build, browser, "book/jax_today.html")
   page = p.page
-  step_title = """() => [...document.querySelectorAll('.widget-html')]
-      .map(e => (e.innerText.match(/step \\d+\\/\\d+/) || [''])[0]).filter(x => x)"""
   page.locator(".widget-select select").first.wait_for(state="visible", timeout=20_000)
-  assert page.evaluate(step_title)[0].startswith("step 1/")
-  binds = page.locator(".widget-select select").first
-  binds.scroll_into_view_if_needed()
-  binds.select_option(index=2)
-  page.wait_for_function(f"() => ({step_title})().some(t => t.startsWith('step 3/'))",
-                         timeout=20_000)
+  _step_to(page, 3)
   assert p.problems == []
   page.close()
+
+
+STEP_TITLES = """() => [...document.querySelectorAll('.widget-html')]
+    .map(e => (e.innerText.match(/step \\d+\\/\\d+/) || [''])[0]).filter(x => x)"""
+
+
+def _step_to(page, step: int):
+  """Pick bind number `step` in the page's first stepper (it starts at step 1),
+  and wait until the stepper shows it: the widgets work without a kernel."""
+  assert page.evaluate(STEP_TITLES)[0].startswith("step 1/")
+  binds = page.locator(".widget-select select").first
+  binds.scroll_into_view_if_needed()
+  binds.select_option(index=step - 1)
+  page.wait_for_function(f"() => ({STEP_TITLES})().some(t => t.startsWith('step {step}/'))",
+                         timeout=20_000)
 
 
 def _assert_drawn(locator):
