@@ -175,6 +175,14 @@ EAGER_REJECTS = {   # each takes the lax module: ours or JAX's
     "sin of ints": lambda L: L.sin(np.arange(3)),
     "neg of bools": lambda L: L.neg(np.array([True, False])),
     "and of floats": lambda L: L.bitwise_and(np.ones(2), np.ones(2)),
+    "concatenate f32, f64": lambda L: L.concatenate([np.ones(2, np.float32), np.ones(2)], 0),
+    "select_n f32, f64": lambda L: L.select_n(np.array(True), np.ones(2, np.float32), np.ones(2)),
+    "clamp f64 bounds, f32": lambda L: L.clamp(np.float64(0), np.ones(2, np.float32), np.float64(1)),
+    "cumsum of bools": lambda L: L.cumsum(np.array([True, False]), 0),
+    "dynamic_update_slice f64 into f32": lambda L: L.dynamic_update_slice(
+        np.ones(3, np.float32), np.ones(1), (np.int32(0),)),
+    "pad f32 with f64": lambda L: L.pad(np.ones(2, np.float32), np.float64(0), [(1, 1, 0)]),
+    "round of ints": lambda L: L.round(np.arange(3)),
 }
 
 

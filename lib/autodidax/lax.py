@@ -17,7 +17,7 @@ from typing import NamedTuple
 import numpy as np
 
 from . import dtypes
-from .core import Primitive, ShapedArray, abstract_eval_rules, impl_rules
+from .core import Primitive, ShapedArray, abstract_eval_rules, get_aval, impl_rules
 from .jaxpr import as_shaped
 from .util import canonicalize_axis
 
@@ -44,6 +44,15 @@ def _unary_impl(prim, np_fn):
     _check_kinds(prim, OperandType.of(x))
     return np_fn(x)
   return impl
+
+
+def typed_impl(prim, impl):
+  """`impl`, after `prim`'s typing rule has checked the operands, so that an
+  eager call rejects what jit rejects (as _binary_impl does, more cheaply)."""
+  def checked(*args, **params):
+    abstract_eval_rules[prim](*map(get_aval, args), **params)
+    return impl(*args, **params)
+  return checked
 
 
 class OperandType(NamedTuple):
@@ -201,7 +210,7 @@ def _round_impl(x, *, rounding_method):
   return np.asarray(np.sign(x) * np.floor(np.abs(x) + 0.5), np.result_type(x))
 
 
-impl_rules[round_p] = _round_impl
+impl_rules[round_p] = typed_impl(round_p, _round_impl)
 
 
 def round(x, rounding_method=ROUND_AWAY_FROM_ZERO):  # noqa: A001
@@ -299,7 +308,7 @@ def _cumsum_impl(x, *, axis, reverse):
   return np.cumsum(x, axis, dtype=x.dtype)
 
 
-impl_rules[cumsum_p] = _cumsum_impl
+impl_rules[cumsum_p] = typed_impl(cumsum_p, _cumsum_impl)
 
 
 def cumsum(x, axis: int = 0, reverse: bool = False):
@@ -408,8 +417,8 @@ rev_p = Primitive("rev")
 dynamic_slice_p = Primitive("dynamic_slice")
 dynamic_update_slice_p = Primitive("dynamic_update_slice")
 
-impl_rules[concatenate_p] = lambda *xs, dimension: np.concatenate(
-    [np.asarray(x) for x in xs], dimension)
+impl_rules[concatenate_p] = typed_impl(concatenate_p, lambda *xs, dimension: np.concatenate(
+    [np.asarray(x) for x in xs], dimension))
 
 
 def concatenate(operands, dimension: int):
@@ -436,7 +445,7 @@ def _pad_impl(x, padding_value, *, padding_config):
   return x
 
 
-impl_rules[pad_p] = _pad_impl
+impl_rules[pad_p] = typed_impl(pad_p, _pad_impl)
 
 
 def pad(x, padding_value, padding_config):
@@ -493,7 +502,8 @@ def _dynamic_update_slice_impl(x, update, *starts):
 
 
 impl_rules[dynamic_slice_p] = _dynamic_slice_impl
-impl_rules[dynamic_update_slice_p] = _dynamic_update_slice_impl
+impl_rules[dynamic_update_slice_p] = typed_impl(dynamic_update_slice_p,
+                                                    _dynamic_update_slice_impl)
 
 
 def _check_starts(name, x, starts):

@@ -56,7 +56,7 @@ def _select_n_abstract_eval(which, *cases):
   return ShapedArray(c0.shape, c0.dtype, all(c.weak_type for c in cases))
 
 
-impl_rules[select_n_p] = _select_n_impl
+impl_rules[select_n_p] = lax.typed_impl(select_n_p, _select_n_impl)
 abstract_eval_rules[select_n_p] = _select_n_abstract_eval
 
 
@@ -130,7 +130,8 @@ def clamp(lo, x, hi):
   return clamp_p.bind(lo, x, hi)
 
 
-impl_rules[clamp_p] = lambda lo, x, hi: np.asarray(np.clip(x, lo, hi), np.result_type(x))
+impl_rules[clamp_p] = lax.typed_impl(
+    clamp_p, lambda lo, x, hi: np.asarray(np.clip(x, lo, hi), np.result_type(x)))
 
 
 def _clamp_abstract_eval(lo, x, hi):
