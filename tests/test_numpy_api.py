@@ -186,6 +186,25 @@ EAGER_REJECTS = {   # each takes the lax module: ours or JAX's
 }
 
 
+DOT_PAIRS = [(np.float32, np.float64), (np.int32, np.float32), (np.int8, np.uint8),
+             (np.bool_, np.int32), (np.uint8, np.int16), (np.float16, np.int64)]
+
+
+@pytest.mark.parametrize("a, b", DOT_PAIRS)
+def test_dot_general_of_two_dtypes_as_jax(a, b):
+  # XLA's rule (the more precise dtype), not the promotion lattice.
+  dn = (((1,), (0,)), ((), ()))
+  x, y = np.arange(4).reshape(2, 2).astype(a), (np.arange(4).reshape(2, 2) + 1).astype(b)
+  theirs = jax.lax.dot_general(x, y, dn)
+  same(lax.dot_general(x, y, dn), theirs)
+  same(adx.jit(lambda x, y: lax.dot_general(x, y, dn))(x, y), theirs)
+  if np.dtype(a).kind == np.dtype(b).kind == "f":   # cotangents in each operand's dtype
+    loss = lambda L: lambda x, y: (L.dot_general(x, y, dn) ** 2).sum()
+    for ours, ref in zip(adx.jit(adx.grad(loss(lax), (0, 1)))(x, y),
+                         jax.grad(loss(jax.lax), (0, 1))(x, y)):
+      same(ours, ref, tol=1e-5)
+
+
 @pytest.mark.parametrize("name", sorted(EAGER_REJECTS))
 def test_eager_lax_rejects_what_jit_and_jax_reject(name):
   # lax takes equal dtypes (a weak Python scalar aside: see the chapter on

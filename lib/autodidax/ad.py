@@ -401,7 +401,10 @@ def _dot_transpose_lhs(ct, y, x_aval, dimension_numbers):
   # out's axes are x's batch axes, x's free axes, then x's contracting axes
   # in the order y holds them; put them back in x's order.
   x_axes = [*lb, *lf, *(lc[i] for i in np.argsort(rc))]
-  return lax.transpose(out, np.argsort(x_axes))
+  out = lax.transpose(out, np.argsort(x_axes))
+  # Operands of two dtypes: the cotangent comes in the result's; give x's.
+  return out if get_aval(out).dtype == x_aval.dtype else lax.convert_element_type(
+      out, x_aval.dtype)
 
 
 def _dot_general_transpose(ct, x, y, *, dimension_numbers):

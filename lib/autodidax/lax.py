@@ -760,7 +760,8 @@ def _dot_free_axes(ndim, contracting, batch):
 
 def _dot_general_impl(x, y, *, dimension_numbers):
   (lc, rc), (lb, rb) = dimension_numbers
-  x, y = np.asarray(x), np.asarray(y)
+  dtype, _ = dot_dtype(OperandType.of(x), OperandType.of(y))
+  x, y = np.asarray(x, dtype), np.asarray(y, dtype)
   lf, rf = _dot_free_axes(x.ndim, lc, lb), _dot_free_axes(y.ndim, rc, rb)
   shape = lambda a, axes: [a.shape[i] for i in axes]
   # (batch, free, contract) @ (batch, contract, free), as one batched matmul.
@@ -797,13 +798,34 @@ def _dot_general_abstract_eval(x, y, *, dimension_numbers):
     if ls != rs:
       raise ShapeError(f"dot_general: {what} axes have sizes {ls} in {x.str_short()} "
                        f"but {rs} in {y.str_short()}")
-  dtype, weak = binary_dtype("dot_general", x, y)
+  dtype, weak = dot_dtype(x, y)
   shape = ([x.shape[i] for i in lb] + [x.shape[i] for i in _dot_free_axes(x.ndim, lc, lb)]
            + [y.shape[i] for i in _dot_free_axes(y.ndim, rc, rb)])
   return ShapedArray(shape, dtype, weak)
 
 
 abstract_eval_rules[dot_general_p] = _dot_general_abstract_eval
+
+
+def dot_dtype(x, y):
+  """dot_general's result dtype, as XLA (and so JAX) picks it: the more
+  precise operand dtype (complex over real, then more exponent bits, mantissa
+  bits, bits, and signed over unsigned). A weak operand adopts the other's."""
+  if x.dtype == y.dtype or x.weak_type or y.weak_type:
+    return binary_dtype("dot_general", x, y)
+  px, py = _precision(x.dtype), _precision(y.dtype)
+  if px == py:
+    raise TypeError(f"dot_general: neither of {x.dtype} and {y.dtype} is more precise; "
+                    "convert one with lax.convert_element_type.")
+  return (x.dtype if px > py else y.dtype), False
+
+
+def _precision(dtype):
+  real = np.finfo(dtype).dtype if dtype.kind == "c" else dtype
+  floating = real.kind == "f"
+  return (dtype.kind == "c", np.finfo(real).maxexp if floating else -1,
+          np.finfo(real).nmant if floating else -1,
+          1 if real.kind == "b" else real.itemsize * 8, real.kind != "u")
 
 
 # --- Names JAX has and autodidax leaves out ---------------------------------------------

@@ -334,7 +334,7 @@ lowering_rules[lax.convert_element_type_p] = _convert_lowering
 def _dot_general_lowering(ctx, x, y, *, dimension_numbers):
   (lc, rc), (lb, rb) = dimension_numbers
   ax, ay = ctx.avals_in
-  dtype, _ = lax.binary_dtype("dot_general", ax, ay)
+  dtype, _ = lax.dot_dtype(ax, ay)
   x, y = ctx.convert(x, ax, dtype), ctx.convert(y, ay, dtype)
   batch = f"batching_dims = {list(lb)} x {list(rb)}, " if lb else ""
   return ctx.emit(
