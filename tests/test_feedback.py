@@ -102,6 +102,59 @@ def test_book_links_rewrite_sources_to_pages():
   assert "(https://example.org/c/book/glossary.html)" in book_links(text, "https://example.org/c/")
 
 
+# --- The comparison's messages --------------------------------------------------------------
+
+def _verdict(want_fn, got_fn):
+  from coursekit import probe
+  want, got = probe.Probe("x", 0), probe.Probe("x", 0)
+  want_fn(want)
+  got_fn(got)
+  return probe.compare(got.records, want.records)
+
+
+def test_a_failing_case_shows_its_inputs_and_numbers_in_one_style():
+  import numpy as np
+
+  def case(p, y):
+    p.given(x=np.float64(0.123456), t=np.array([1., -2.5]))
+    p.value("the tangent", y)
+  v = _verdict(lambda p: case(p, -0.12751534341856727), lambda p: case(p, np.float64(-0.1274)))
+  assert v.label == "the tangent (x = 0.1235, t = [ 1. -2.5])"
+  assert v.message == "expected -0.127515, got -0.1274"
+  v = _verdict(lambda p: case(p, 1.0000001), lambda p: case(p, 1.0000003))
+  assert v.message == "expected 1.0000001, got 1.0000003"   # digits enough to differ
+
+
+def test_likely_causes_of_a_wrong_array():
+  import numpy as np
+  w = np.arange(1., 7.).reshape(2, 3) ** 1.5
+  for got, cause in [(w.T, "axes in another order (np.transpose(got, (1, 0)) is right)"),
+                     (-w, "the sign is flipped"), (2 * w, "times 2"), (w + 1, "plus 1"),
+                     (0 * w, "zeros everywhere"), (w[::-1], "in another order")]:
+    v = _verdict(lambda p: p.value("a", w), lambda p: p.value("a", got))
+    assert cause in v.message, (cause, v.message)
+  v = _verdict(lambda p: p.value("a", w), lambda p: p.value("a", w + [[0, 0, 0], [0, 5, 0]]))
+  assert v.message.startswith("values differ in 1 of 6 entries (at index (1, 1): ")
+  assert "likely" not in v.message
+
+
+def test_an_error_or_a_zero_instead_of_a_value_says_so():
+  import numpy as np
+  from autodidax.ad import Zero
+  from coursekit import probe
+  v = _verdict(lambda p: p.value("a", np.ones(3)), lambda p: p.value("a", Zero.from_value(np.ones(3))))
+  assert "got a symbolic Zero (ad.instantiate_zeros" in v.message
+
+  def raising(p):
+    try:
+      p.call("a", lambda: 1 / 0)
+    except probe.Stop:
+      pass
+  v = _verdict(lambda p: p.value("a", np.ones(3)), raising)
+  assert v.message == ("expected an array of shape (3,) and dtype float64, "
+                       "but it raised ZeroDivisionError: division by zero")
+
+
 # --- Feedback on every mistake ---------------------------------------------------------------
 
 def _mistake_feedback(part: str) -> list[dict]:

@@ -372,6 +372,8 @@ def diff(got: dict, want: dict, rtol, atol, dtype=True) -> str | None:
       return f"expected {a}, got {b}"
     if type(g) is type(w) and g == w:
       return None
+    if isinstance(g, str) and isinstance(w, str) and "\n" in g + w:   # a printout
+      return f"expected:\n{w}\ngot:\n{g}"
     return f"expected {describe(want)}, got {describe(got)}"
   if kw in ("tuple", "list"):
     gi, wi = got["items"], want["items"]
