@@ -12,7 +12,7 @@ help:
 	@echo "make book      build the website into _build/html (warnings are errors)"
 	@echo "make serve     build, then serve it on http://localhost:8000"
 	@echo "make test      run every test"
-	@echo "make lab       JupyterLab on the exercises"
+	@echo "make lab       JupyterLab on the exercises (LAB_ARGS=\"--no-browser --port=8899\" passes flags on)"
 	@echo "make exercises regenerate the learners' stub notebooks from exercises/source"
 	@echo "make grade SUBMISSIONS=dir   grade a folder (or .zip) of notebooks, each in a sandbox: grades/grades.{csv,html}"
 	@echo "make bench     run the benchmarks, write benchmarks/results.md"
@@ -31,8 +31,9 @@ serve: book
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 --dist loadfile -q $(PYTEST_ARGS)
 
+export LAB_ARGS
 lab: $(STAMP)
-	$(BIN)/jupyter lab exercises
+	bash scripts/lab.sh
 
 exercises: $(STAMP)
 	$(BIN)/python -m coursekit.stubs

@@ -146,8 +146,23 @@ def test_unsupported_input_type(call):
 
 
 def test_numpy_function_on_a_tracer():
-  with raises_cleanly(TypeError, "reached numpy", "use autodidax.numpy"):
-    adx.vmap(lambda a: np.sin(a))(X)
+  def f(a):
+    return np.sin(a) * 2.
+  with raises_cleanly(TypeError, "reached NumPy in f()", "np.sin(a)", "use autodidax.numpy"):
+    adx.vmap(f)(X)
+
+
+def test_a_tracer_at_an_impl_rule_is_not_blamed_on_numpy():
+  """A tracer that an impl rule meets came from the library's side (a rule that
+  evaluates instead of binding): no advice about the user's NumPy calls."""
+  from autodidax import ad
+
+  def sin_jvp_that_evaluates(primals, tangents):
+    (x,), (t,) = primals, tangents
+    return core.impl_rules[lax.sin_p](x), lax.mul(lax.cos(x), t)
+  with ad.jvp_rules.override(lax.sin_p, sin_jvp_that_evaluates):
+    with raises_cleanly(TypeError, "reached NumPy in", "autodidax/lax.py", "bind primitives"):
+      adx.jvp(lambda x: adx.jvp(lax.sin, (x,), (1.,))[1], (1.,), (1.,))
 
 
 # --- jvp's arguments ---------------------------------------------------------------------------
@@ -296,3 +311,25 @@ def test_stack_is_clean_after_an_error_deep_inside():
     return adx.vmap(lambda y: adx.jvp(lambda z: lax.add(z, np.ones(7)), (y,), (y,)))(x)
   with raises_cleanly(lax.ShapeError, "incompatible"):
     adx.jvp(f, (np.ones((2, 3)),), (np.ones((2, 3)),))
+
+
+def test_a_stackless_tracer_with_no_current_trace():
+  """JAX today's tracers at Parts 1-4's `bind` (no trace current): a clear error
+  that says to make the trace current, not an internal AttributeError."""
+  from autodidax import stackless as sl
+  with sl.running(sl.DynamicJaxprTrace()) as trace:
+    x = trace.new_arg(core.ShapedArray((3,), np.dtype("float64")))
+    with raises_cleanly(core.NoCurrentTraceError, "no trace was current", "set_current_trace"):
+      anp.sin(x)
+
+
+def test_a_stackless_tracer_at_the_evaluator():
+  """An operation on a stackless tracer while the evaluator is current (a rule
+  run without its parent current): the message says so, not "use anp"."""
+  from autodidax import stackless as sl
+  with sl.running(sl.DynamicJaxprTrace()) as trace:
+    x = trace.new_arg(core.ShapedArray((3,), np.dtype("float64")))
+    with sl.set_current_trace(sl.eval_trace):
+      with raises_cleanly(core.TracerArrayConversionError, "the evaluator was the current trace",
+                          "set_current_trace(self.parent)"):
+        anp.sin(x)

@@ -243,8 +243,17 @@ def _toc_pages() -> list[str]:
 
 WIDTHS = (390, 800, 1280)   # a phone, a tablet, a desktop
 MIN_TEXT_PX = 11            # the smallest readable text in a picture
-CHAPTERS = [p for p in _toc_pages() if "/part" in p or p.endswith(("primitives.html",
-                                                                   "jaxpr_language.html"))]
+
+
+def _course_pages() -> list[str]:
+  """The chapters: the pages of _toc.yml's part "The course"."""
+  import yaml
+  [part] = [p for p in yaml.safe_load((ROOT / "_toc.yml").read_text())["parts"]
+            if p["caption"] == "The course"]
+  return [c["file"] + ".html" for c in part["chapters"]]
+
+
+CHAPTERS = _course_pages()
 
 # Everything in the article wider than its column, unless a box that scrolls
 # sideways (and is marked as such by autodidax.js) holds it.

@@ -15,10 +15,10 @@ from docutils import nodes
 
 OUT = "exercises"                   # in the built site
 ZIP = "autodidax-course.zip"
-IN_ZIP = [   # what `pip install` needs: the package metadata and both packages, with
-  # the check cells' probes and the reference's expected records
-  "pyproject.toml", "lib/autodidax/**/*.py", "exercises/coursekit/*.py",
-  "exercises/coursekit/probes/*.py", "exercises/coursekit/expected/*.json",
+IN_ZIP = [   # what `pip install` needs: the package metadata and both packages (every
+  # subpackage), with the check cells' probes and the reference's expected records
+  "pyproject.toml", "lib/autodidax/**/*.py", "exercises/coursekit/**/*.py",
+  "exercises/coursekit/expected/*.json",
 ]
 
 
@@ -57,13 +57,20 @@ def _copy(app, exception):
   out.mkdir(parents=True, exist_ok=True)
   for notebook in sorted(set(app.config.adx_exercises.values())):
     shutil.copyfile(src / "exercises" / f"{notebook}.ipynb", out / f"{notebook}.ipynb")
-  with zipfile.ZipFile(out / ZIP, "w", zipfile.ZIP_DEFLATED) as z:
-    for pattern in IN_ZIP:
-      for f in sorted(src.glob(pattern)):
-        # Fixed timestamps: the same sources give the same zip.
-        info = zipfile.ZipInfo(f"autodidax-course/{f.relative_to(src)}", (2026, 1, 1, 0, 0, 0))
-        info.compress_type = zipfile.ZIP_DEFLATED
-        z.writestr(info, f.read_bytes())
+  write_zip(src, out / ZIP)
+
+
+def write_zip(src: Path, path: Path):
+  """autodidax-course.zip from the repository at `src` (tests/test_install.py
+  installs it in a fresh environment and runs the notebooks on it)."""
+  with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+    for f in sorted({f for pattern in IN_ZIP for f in src.glob(pattern)}):
+      if "__pycache__" in f.parts:
+        continue
+      # Fixed timestamps: the same sources give the same zip.
+      info = zipfile.ZipInfo(f"autodidax-course/{f.relative_to(src)}", (2026, 1, 1, 0, 0, 0))
+      info.compress_type = zipfile.ZIP_DEFLATED
+      z.writestr(info, f.read_bytes())
 
 
 def setup(app):

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 RTOL, ATOL = 1e-7, 1e-9
-MESSAGE_LIMIT = 300
+MESSAGE_LIMIT = 600
 
 
 class Stop(Exception):
@@ -85,9 +85,9 @@ def encode(x, depth=0):
   if x is None or isinstance(x, (bool, str)):
     return {"k": "py", "v": x}
   if isinstance(x, int) and not isinstance(x, bool):
-    return {"k": "py", "v": x} if abs(x) < 2**62 else {"k": "py", "v": float(x)}
-  if isinstance(x, float):
-    return {"k": "py", "v": x if math.isfinite(x) else repr(x), "float": True}
+    return {"k": "py", "v": int(x)} if abs(x) < 2**62 else {"k": "py", "v": float(x)}
+  if isinstance(x, float):   # np.float64 too: recorded (and shown) as the plain float
+    return {"k": "py", "v": float(x) if math.isfinite(x) else repr(float(x)), "float": True}
   if isinstance(x, (tuple, list)):
     return {"k": type(x).__name__, "items": [encode(v, depth + 1) for v in x]}
   if isinstance(x, dict):
@@ -120,6 +120,18 @@ class Probe:
     self.exercise, self.seed = exercise, seed
     self.rng = np.random.default_rng(seed)
     self.records: list[dict] = []
+    self.inputs = ""
+
+  def given(self, **inputs):
+    """Name the seeded inputs of the records that follow (until the next `given`):
+    a failing case shows them, e.g. `p.given(x=x, t=t)` gives "(x = 0.42, t = -1.3)".
+    Labels themselves must not depend on the seed."""
+    self.inputs = ", ".join(f"{k} = {show_input(v)}" for k, v in inputs.items())
+
+  def _record(self, record: dict):
+    if self.inputs:
+      record["inputs"] = self.inputs
+    self.records.append(record)
 
   def value(self, label: str, x, rtol=RTOL, atol=ATOL, dtype=True, secret=False):
     """Record `x` (compared with tolerances `rtol`/`atol`; `dtype=False` ignores dtypes).
@@ -127,7 +139,7 @@ class Probe:
     record = {"label": label, "value": encode(x), "rtol": rtol, "atol": atol, "dtype": dtype}
     if secret:
       record["secret"] = True
-    self.records.append(record)
+    self._record(record)
     return x
 
   def call(self, label: str, fn, *args, **kwargs):
@@ -141,8 +153,8 @@ class Probe:
 
   def error(self, label, e):
     kind = "todo" if isinstance(e, NotImplementedError) else "error"
-    self.records.append({"label": label, "value": {"k": kind, "type": type(e).__name__,
-                                                    "message": short(e)}})
+    self._record({"label": label, "value": {"k": kind, "type": type(e).__name__,
+                                             "message": short(e)}})
 
   def raises(self, label: str, fn, *args, **kwargs):
     """Record the name of the exception `fn(...)` raises ("no error" if none)."""
@@ -188,19 +200,49 @@ def _values_close(got, want, rtol, atol) -> bool:
   return bool(np.allclose(g, w, rtol=rtol, atol=atol, equal_nan=True))
 
 
-def describe(v) -> str:
+def describe(v, values=True) -> str:
+  """An encoded value in words, with its numbers (unless `values` is false):
+  the one style in which messages show both what was expected and what came."""
   k = v.get("k")
   if k == "array":
-    return f"an array of shape {tuple(v['shape'])} and dtype {v['dtype']}"
+    shape = tuple(v["shape"])
+    if not shape:
+      return f"a {v['dtype']} scalar array" + (f", {_num(v['data'][0])}" if values else "")
+    return (f"an array of shape {shape} and dtype {v['dtype']}"
+            + (f": {_oneline(v['data'], shape)}" if values else ""))
   if k == "py":
-    return repr(v["v"])
+    x = v["v"]
+    if v.get("float") or isinstance(x, float):
+      return f"the float {_num(x)}" if values else "a float"
+    return repr(x)
   if k in ("tuple", "list"):
     return f"a {k} of length {len(v['items'])}"
   if k == "dict":
     return f"a dict with keys {sorted(v['items'])}"
   if k in ("error", "todo"):
     return f"{v.get('type')}: {v.get('message')}"
+  if v.get("type") == "Zero":
+    return "a symbolic Zero (ad.instantiate_zeros(z) makes it an array)"
   return str(v.get("type", k))
+
+
+def show_input(x) -> str:
+  """A probe's input, short, for `Probe.given`: numbers to 4 digits."""
+  if isinstance(x, str):
+    return repr(x)
+  if isinstance(x, (np.ndarray, np.generic)) and np.ndim(x) == 0:
+    x = np.asarray(x).item()
+  if isinstance(x, float):
+    return f"{x:.4g}"
+  if isinstance(x, (np.ndarray, np.generic)):
+    with np.printoptions(precision=4, suppress=True, threshold=12, edgeitems=2):
+      return " ".join(str(np.asarray(x)).split())
+  if isinstance(x, (tuple, list)):
+    inner = ", ".join(show_input(c) for c in x)
+    return f"({inner}{',' if len(x) == 1 else ''})" if isinstance(x, tuple) else f"[{inner}]"
+  if isinstance(x, dict):
+    return "{" + ", ".join(f"{k!r}: {show_input(c)}" for k, c in x.items()) + "}"
+  return short(repr(x))
 
 
 def _number(x) -> float:
@@ -210,10 +252,83 @@ def _number(x) -> float:
     return np.nan
 
 
+def _num(x, digits=6) -> str:
+  if isinstance(x, str) or isinstance(x, bool) or x is None:
+    return str(x)
+  if isinstance(x, int):
+    return str(x)
+  return f"{x:.{digits}g}"
+
+
+def _two_numbers(w, g) -> tuple[str, str]:
+  """Expected and got, with as many digits as it takes to tell them apart."""
+  for digits in (6, 9, 12, 17):
+    a, b = _num(w, digits), _num(g, digits)
+    if a != b:
+      break
+  return a, b
+
+
 def _preview(data, shape) -> str:
   a = np.array([_number(x) for x in data])
   with np.printoptions(precision=6, suppress=True, threshold=20):
     return str(a.reshape(shape)) if a.size else "[]"
+
+
+def _oneline(data, shape) -> str:
+  return short(" ".join(_preview(data, shape).split()))
+
+
+def _likely_cause(g: np.ndarray, w: np.ndarray, rtol, atol) -> str:
+  """What a wrong array most likely is, when it is a simple relative of the
+  right one: the same values with the axes in another order, or (for the same
+  shape, two entries or more) negated, scaled, shifted, zero or reordered."""
+  close = lambda a, b: a.shape == b.shape and bool(np.allclose(a, b, rtol=rtol, atol=atol))
+  if g.shape != w.shape:
+    if g.ndim == w.ndim and g.size == w.size and 1 < g.ndim <= 5:
+      import itertools
+      for perm in itertools.permutations(range(g.ndim)):
+        if close(np.transpose(g, perm), w):
+          return (f"got the right values with the axes in another order "
+                  f"(np.transpose(got, {perm}) is right): is an axis, say the batch axis, "
+                  "in the wrong place?")
+    if g.size == w.size and close(g.reshape(w.shape), w):
+      return "got the right values in another shape"
+    return ""
+  if w.size < 2 or not np.all(np.isfinite(w)) or not np.all(np.isfinite(g)) \
+      or np.allclose(w, 0, atol=atol):
+    return ""
+  if np.allclose(g, 0, atol=atol):
+    return "got zeros everywhere"
+  if close(g, -w):
+    return "the sign is flipped"
+  ratio = float(np.median(g[w != 0] / w[w != 0]))
+  if close(g, ratio * w):
+    return f"got the expected values times {ratio:.4g}"
+  offset = float(np.median(g - w))
+  if close(g, w + offset):
+    return f"got the expected values plus {offset:.4g}"
+  if len(np.unique(w)) == w.size and close(np.sort(g, axis=None), np.sort(w, axis=None)):
+    return "got the right values in another order"
+  return ""
+
+
+def _arrays_differ(got, want, rtol, atol) -> str:
+  g = np.array([_number(x) for x in got["data"]], dtype=np.float64).reshape(got["shape"])
+  w = np.array([_number(x) for x in want["data"]], dtype=np.float64).reshape(want["shape"])
+  if not w.shape:
+    a, b = _two_numbers(want["data"][0], got["data"][0])
+    return f"expected {a}, got {b}"
+  wrong = ~np.isclose(g, w, rtol=rtol, atol=atol, equal_nan=True)
+  first = tuple(int(i) for i in np.argwhere(wrong)[0]) if wrong.any() else (0,) * w.ndim
+  a, b = _two_numbers(want["data"][np.ravel_multi_index(first, w.shape)],
+                      got["data"][np.ravel_multi_index(first, g.shape)])
+  cause = _likely_cause(g, w, rtol, atol)
+  return (f"values differ in {int(wrong.sum())} of {w.size} entries (at index "
+          f"{first[0] if len(first) == 1 else first}: expected {a}, got {b})"
+          + (f"; likely, {cause}" if cause else "")
+          + f"\nexpected:\n{_preview(want['data'], want['shape'])}\n"
+          f"got:\n{_preview(got['data'], got['shape'])}")
 
 
 def diff(got: dict, want: dict, rtol, atol, dtype=True) -> str | None:
@@ -228,11 +343,17 @@ def diff(got: dict, want: dict, rtol, atol, dtype=True) -> str | None:
     if kg == kw and got.get("type") == want.get("type"):
       return None
     return f"expected {want.get('type')} to be raised, got {describe(got)}"
-  if kg in ("error", "todo") or kg != kw:
+  if kg in ("error", "todo"):
+    return f"expected {describe(want, values=False)}, but it raised {describe(got)}"
+  if kg != kw:
     return f"expected {describe(want)}, got {describe(got)}"
   if kw == "array":
     if got["shape"] != want["shape"]:
-      return f"expected shape {tuple(want['shape'])}, got shape {tuple(got['shape'])}"
+      g = np.array([_number(x) for x in got["data"]], dtype=np.float64).reshape(got["shape"])
+      w = np.array([_number(x) for x in want["data"]], dtype=np.float64).reshape(want["shape"])
+      cause = _likely_cause(g, w, rtol, atol)
+      return (f"expected shape {tuple(want['shape'])}, got shape {tuple(got['shape'])}"
+              + (f"; likely, {cause}" if cause else ""))
     if dtype and got["dtype"] != want["dtype"]:
       return f"expected dtype {want['dtype']}, got dtype {got['dtype']}"
     if want["dtype"] in ("bool",) or want["dtype"].startswith(("int", "uint")):
@@ -241,13 +362,19 @@ def diff(got: dict, want: dict, rtol, atol, dtype=True) -> str | None:
       same = _values_close(got, want, rtol, atol)
     if same:
       return None
-    return (f"values differ\nexpected:\n{_preview(want['data'], want['shape'])}\n"
-            f"got:\n{_preview(got['data'], got['shape'])}")
+    return _arrays_differ(got, want, rtol, atol)
   if kw == "py":
     g, w = got.get("v"), want.get("v")
     if want.get("float") and isinstance(g, (int, float)) and isinstance(w, (int, float)):
-      return None if math.isclose(g, w, rel_tol=rtol, abs_tol=atol) else f"expected {w!r}, got {g!r}"
-    return None if type(g) is type(w) and g == w else f"expected {w!r}, got {g!r}"
+      if math.isclose(g, w, rel_tol=rtol, abs_tol=atol):
+        return None
+      a, b = _two_numbers(w, g)
+      return f"expected {a}, got {b}"
+    if type(g) is type(w) and g == w:
+      return None
+    if isinstance(g, str) and isinstance(w, str) and "\n" in g + w:   # a printout
+      return f"expected:\n{w}\ngot:\n{g}"
+    return f"expected {describe(want)}, got {describe(got)}"
   if kw in ("tuple", "list"):
     gi, wi = got["items"], want["items"]
     if len(gi) != len(wi):
@@ -279,28 +406,34 @@ class Verdict:
   notes: list = field(default_factory=list)
 
 
+def case(record: dict) -> str:
+  """A record's label, with the inputs it was given (see `Probe.given`)."""
+  label = str(record.get("label"))
+  return f"{label} ({record['inputs']})" if record.get("inputs") else label
+
+
 def compare(got: list, want: list) -> Verdict:
   """Hold the learner's records `got` against the reference's `want`.
 
-  Only `want` supplies labels and tolerances; `got` supplies values. Records
-  are matched in order."""
+  Only `want` supplies labels, inputs and tolerances; `got` supplies values.
+  Records are matched in order."""
   if not isinstance(got, list):
     return Verdict(False, 0, "the probe", "returned no records")
   for i, w in enumerate(want):
     g = got[i] if i < len(got) and isinstance(got[i], dict) else None
     gv = g.get("value") if g is not None else None
     if not isinstance(gv, dict):
-      return Verdict(False, i, w["label"], "the check stopped before this point")
+      return Verdict(False, i, case(w), "the check stopped before this point")
     if gv.get("k") == "todo" and w["value"].get("k") != "todo":
       return Verdict(False, i, g.get("label") or w["label"], short(gv.get("message")), todo=True)
     if g.get("label") != w["label"]:
       if gv.get("k") == "error":
-        return Verdict(False, i, str(g.get("label")), f"raised {describe(gv)}")
-      return Verdict(False, i, w["label"], "the check did something else here "
+        return Verdict(False, i, short(case(g)), f"raised {describe(gv)}")
+      return Verdict(False, i, case(w), "the check did something else here "
                      f"(recorded {short(g.get('label'))!r})")
     d = diff(gv, w["value"], w.get("rtol", RTOL), w.get("atol", ATOL), w.get("dtype", True))
     if d:   # an answer to a question is never shown
-      return Verdict(False, i, w["label"], "that is not the right answer" if w.get("secret") else d)
+      return Verdict(False, i, case(w), "that is not the right answer" if w.get("secret") else d)
   if len(got) > len(want):
     return Verdict(False, len(want), "the check", "recorded more than the reference did")
   return Verdict(True, len(want))

@@ -231,6 +231,27 @@ def fold_hints(markdown: str) -> str:
           f"{hint}\n\n</details>\n")
 
 
+_BOOK_LINK = re.compile(r"\]\(\.\./book/([\w-]+)\.md(#[\w-]+)?\)")
+
+
+def site_url() -> str:
+  """Where the book's pages are, from a notebook: `html.baseurl` in _config.yml
+  once the course is published, else `../` (the site serves the notebooks
+  from exercises/, beside book/)."""
+  import yaml
+  config = EXERCISES.parent / "_config.yml"
+  url = (yaml.safe_load(config.read_text()) or {}).get("html", {}).get("baseurl") \
+      if config.exists() else None
+  return url.rstrip("/") + "/" if url else "../"
+
+
+def book_links(markdown: str, site: str) -> str:
+  """A source links a chapter as its file, `../book/part1_interpreters.md#section`
+  (a real path in the repository); the learner's notebook links its page on
+  the site, `{site}book/part1_interpreters.html#section`."""
+  return _BOOK_LINK.sub(lambda m: f"]({site}book/{m.group(1)}.html{m.group(2) or ''})", markdown)
+
+
 def make_stub(ref, part: str) -> nbformat.NotebookNode:
   """The learner's notebook, from an executed reference notebook. Each statement's
   metadata names what the exercise removes from the grader's learner edition."""
@@ -238,12 +259,13 @@ def make_stub(ref, part: str) -> nbformat.NotebookNode:
   stub = copy.deepcopy(ref)
   exs = exercises(stub)
   titles = {ex: entry["title"] for ex, entry in exs.items()}
+  site = site_url()
   for cell in stub.cells:
     role = cell.metadata.get("role")
     if role == "statement":
       cell.metadata["removes"] = sorted(spec(part, str(cell.metadata["exercise"])).removes)
     if cell.cell_type == "markdown":
-      cell.source = fold_hints(cell.source)
+      cell.source = fold_hints(book_links(cell.source, site))
     if cell.cell_type != "code":
       continue
     if role == "check":

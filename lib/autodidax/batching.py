@@ -95,7 +95,10 @@ def vmap_flat(f, in_axes, *args):
   """vmap of `f` over flat lists; `in_axes[i]` is an int or `not_mapped`.
   Returns the outputs, the batch axis of each, and the batch size."""
   sizes = {np.shape(x)[ax] for x, ax in zip(args, in_axes) if ax is not not_mapped}
-  assert len(sizes) == 1, "api.vmap checks sizes before calling vmap_flat"
+  if len(sizes) != 1:   # api.vmap checks its users' arguments; this is for rules
+    shapes = [np.shape(x) for x in args]
+    raise ValueError(f"vmap_flat: the batch axes {list(in_axes)} of arguments of shapes "
+                     f"{shapes} need one size, not {sorted(sizes) or 'none'}")
   axis_size, = sizes
   with new_main(BatchTrace, axis_size) as main:
     trace = BatchTrace(main)

@@ -209,6 +209,12 @@ def get_aval(x) -> ShapedArray:
 
 class UnsupportedTypeError(TypeError):
   def __init__(self, x):
+    if type(x).__name__ == "Zero":   # ad.Zero, a symbolic zero
+      return super().__init__(
+          f"An operation got a symbolic zero ({x!r}), which is not an array: a rule "
+          "passed a Zero tangent or cotangent on to an operation. Skip the operation "
+          "(its result is zero too), or make the Zero an array with "
+          "ad.instantiate_zeros first.")
     super().__init__(
         f"autodidax can't treat a value of type {type(x).__name__} as an array: "
         f"{x!r:.80}. Pass numpy arrays or Python scalars (bool/int/float), or "
@@ -217,7 +223,7 @@ class UnsupportedTypeError(TypeError):
 
 class ConcretizationError(TypeError):
   def __init__(self, tracer, what: str = "a bool or an index"):
-    trace = tracer._trace.main.trace_type.__name__
+    trace = type(tracer._trace).__name__
     super().__init__(
         f"A tracer (a value traced by {trace}) has no concrete value here (it is "
         f"{tracer.aval.str_short()}), so Python can't turn it into {what}. "
@@ -229,6 +235,64 @@ class ConcretizationError(TypeError):
 
 class EscapedTracerError(RuntimeError):
   pass
+
+
+class NoCurrentTraceError(AttributeError):
+  """A tracer of JAX today's design (autodidax.stackless) met the level-based
+  `bind` of Parts 1-4, which asks its trace for a level (`.main`)."""
+
+  def __init__(self, trace):
+    super().__init__(
+        f"An operation on a tracer of {trace!r} ran while no trace was current, so it "
+        "went to Parts 1-4's level-based `bind`, which doesn't know traces without "
+        "levels. Run the code that operates on the tracers inside "
+        "`with sl.set_current_trace(trace):`, as a transformation does when it calls "
+        "its function.")
+
+
+class TracerArrayConversionError(TypeError):
+  """A tracer reached NumPy: the message says where, and so whose doing it was."""
+
+  def __init__(self, tracer):
+    code, in_library = _numpy_caller()
+    if not in_library:
+      why = ("Inside a transformed function use autodidax.numpy (imported as `anp` in "
+             "the course) instead of numpy.")
+    elif hasattr(tracer._trace, "parent"):   # a trace of JAX today's design (stackless)
+      why = ("The evaluator was given a traced value, so an operation ran while the "
+             "evaluator was the current trace: a rule must run its own operations with "
+             "its trace's parent current (`with sl.set_current_trace(self.parent):`), and "
+             "a transformation must call its function with its own trace current.")
+    else:
+      why = ("An impl rule was given a traced value: code that handles tracers must bind "
+             "primitives (autodidax.lax), not call impl rules or NumPy on them.")
+    super().__init__(f"A tracer ({tracer}) reached NumPy {code}. {why}")
+
+
+def _numpy_caller() -> tuple[str, bool]:
+  """Where the code that handed a tracer to NumPy is (the first frame outside
+  NumPy and this module's error path), and whether it is in this library."""
+  import linecache
+  import os
+  import sys
+  numpy_dir = os.path.dirname(np.__file__) + os.sep
+  here = os.path.dirname(os.path.abspath(__file__)) + os.sep
+  frame = sys._getframe(1)
+  while frame is not None and (frame.f_code.co_filename.startswith(numpy_dir) or
+                               frame.f_code.co_name in ("__init__", "__array__", "_numpy_caller")
+                               and frame.f_code.co_filename == __file__):
+    frame = frame.f_back
+  if frame is None:
+    return "", False
+  file, line, name = frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name
+  text = linecache.getline(file, line).strip()
+  in_library = os.path.abspath(file).startswith(here)
+  if in_library:
+    file = "autodidax/" + os.path.relpath(file, here)
+  elif "ipykernel_" in file or file.startswith("<"):
+    file = "your cell"   # a notebook cell's code has no file of its own
+  place = f"in {name}() ({file}, line {line})" if name != "<module>" else f"at {file}, line {line}"
+  return place + (f": `{text}`" if text else ""), in_library
 
 
 def check_live(main: "MainTrace"):
@@ -323,9 +387,7 @@ class Tracer:
   tolist = lambda self: self._concrete("a Python list (.tolist())").tolist()
 
   def __array__(self, dtype=None, copy=None):
-    raise TypeError(
-        f"A tracer ({self}) reached numpy. Inside a transformed function use "
-        "autodidax.numpy (imported as `anp` in the course) instead of numpy.")
+    raise TracerArrayConversionError(self)
 
   def __repr__(self):
     return f"Traced<{self.aval.str_short()}>with<{self._trace}>"

@@ -79,7 +79,9 @@ class ClosedJaxpr:
   """A jaxpr together with the values of its constvars."""
 
   def __init__(self, jaxpr: Jaxpr, consts):
-    assert len(jaxpr.constvars) == len(consts)
+    if len(jaxpr.constvars) != len(consts):   # e.g. a builder that forgot a const's value
+      raise ValueError(f"ClosedJaxpr: {len(jaxpr.constvars)} constvars but {len(consts)} "
+                       "consts: every constvar needs its value, in the same order")
     self.jaxpr, self.consts = jaxpr, list(consts)
 
   in_avals = property(lambda self: self.jaxpr.in_avals)

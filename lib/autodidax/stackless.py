@@ -45,6 +45,10 @@ class Trace:
   def process_primitive(self, prim, args, params) -> list:
     raise NotImplementedError
 
+  @property
+  def main(self):   # only Parts 1-4's `bind` asks for a level: no trace was current
+    raise core.NoCurrentTraceError(self)
+
   def __repr__(self):
     return f"{type(self).__name__}#{self.serial}{'' if self.live else ' (finished)'}"
 

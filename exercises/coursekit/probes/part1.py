@@ -66,15 +66,18 @@ def probe_1_2(p, tanh_jvp):
   with ad.jvp_rules.override(lax.tanh_p, tanh_jvp):
     for shape in [(), (7,), (2, 3)]:
       x, t = 1.5 * p.rng.normal(size=shape), p.rng.normal(size=shape)
+      p.given(x=x, t=t)
       y, y_dot = p.call(f"jvp of tanh, shape {shape}", adx.jvp, lax.tanh, (x,), (t,))
       p.value(f"jvp of tanh, shape {shape}: primal output", y)
       p.value(f"jvp of tanh, shape {shape}: tangent output", y_dot)
     for i in range(2):
       x = float(p.rng.uniform(-2, 2))
+      p.given(x=x)
       d2 = p.call("a second derivative (a jvp of a jvp, where x is a tracer)",
                   lambda: adx.jvp(lambda x: adx.jvp(lax.tanh, (x,), (1.,))[1], (x,), (1.,))[1])
       p.value(f"second derivative at point {i}", d2)
     x = p.rng.normal(size=2)
+    p.given(x=x)
     y, y_dot = p.call("tanh_jvp with a symbolic Zero tangent", tanh_jvp, (x,), (Zero.from_value(x),))
     p.value("primal output for a Zero tangent", y)
     p.value("a Zero tangent in gives a zero tangent out", instantiate_zeros(y_dot))
@@ -104,6 +107,7 @@ def probe_1_3(p, tree_flatten, tree_unflatten):
       else:
         originals.append(t)
     collect(tree)
+    p.given(tree=tree)
     leaves, treedef = p.call(f"tree_flatten of tree {i}", tree_flatten, tree)
     p.value(f"tree {i}: tree_flatten returns a list", type(leaves) is list)
     p.value(f"tree {i}: the leaves, in order", leaves)
@@ -117,6 +121,7 @@ def probe_1_3(p, tree_flatten, tree_unflatten):
   pairs = [((1., 2.), (3., 4.)), ({"a": 1., "b": [2.]}, {"b": [5.], "a": 6.}),
            ([None, 1.], [None, np.zeros(3)]), ((1., 2.), [1., 2.]), ({"a": 1.}, {"b": 1.}),
            ((None,), (1.,)), ([1., [2.]], [[1.], 2.]), (((1.,),), (1.,)), ({"a": 1.}, (1.,))]
+  p.given()   # the pairs' labels show them
   for i, (a, b) in enumerate(pairs):
     ta = p.call(f"tree_flatten of pair {i}", tree_flatten, a)[1]
     tb = p.call(f"tree_flatten of pair {i}", tree_flatten, b)[1]
@@ -151,7 +156,7 @@ def probe_1_5(p, reduce_sum_batch):
   with batching.vmap_rules.override(lax.reduce_sum_p, reduce_sum_batch):
     for bdim in range(3):
       for axes in [(), (0,), (1,), (0, 1)]:
-        what = f"reduce_sum_batch with the batch axis {bdim} and axes={axes}"
+        what = f"reduce_sum_batch of x of shape (2, 3, 4), its batch axis {bdim}, axes={axes}"
         out, out_dim = p.call(what, reduce_sum_batch, x.shape[bdim], [x], [bdim], axes=axes)
         ok = isinstance(out_dim, (int, np.integer)) and 0 <= out_dim < np.ndim(out)
         p.value(f"{what}: out_dim is an axis of the output", bool(ok))

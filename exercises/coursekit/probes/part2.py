@@ -242,8 +242,10 @@ def probe_2_5(p, nth_name, pp_eqn):
   p.value("nth_name(n) for n < 800", p.call("nth_name(n) for n < 800",
                                             lambda: [nth_name(n) for n in range(800)]))
   for i, n in enumerate(p.rng.integers(800, 10**6, size=6)):
+    p.given(n=int(n))
     p.value(f"nth_name of a large n (#{i}): (n, name)",
             (int(n), p.call(f"nth_name of a large n (#{i})", nth_name, int(n))))
+  p.given()
 
   c = p.rng.normal(size=3)
   k = float(np.round(p.rng.normal(), 3))
@@ -289,5 +291,6 @@ def probe_2_6(p, fixed_jaxpr):
   p.value("the primitives of its equations, in order", [e.primitive.name for e in jaxpr.eqns])
   for i in range(4):
     x, y = p.rng.normal(size=3).astype(np.float32), np.float32(p.rng.normal())
+    p.given(x=x, y=y)
     out = p.call("eval_jaxpr of your jaxpr", jx.eval_jaxpr, jaxpr, [], x, y)
     p.value(f"running it on inputs #{i}", out, rtol=1e-5, atol=1e-6)

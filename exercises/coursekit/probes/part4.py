@@ -343,8 +343,10 @@ def _count(x):
 def probe_4_7(p, naive_binds, fast_grad, VJP_RULES):
   for k, n in enumerate([1, *sorted(p.rng.choice(np.arange(2, 300), size=3, replace=False))]):
     n = int(n)
-    p.value(f"naive_binds(n), for the n number {k}",
-            _count(p.call(f"naive_binds(n), for the n number {k}", naive_binds, n)), secret=True)
+    p.given(n=n)
+    p.value(f"naive_binds(n), case {k + 1} of 4",
+            _count(p.call(f"naive_binds(n), case {k + 1} of 4", naive_binds, n)), secret=True)
+  p.given()
   calls = {}   # primitive name -> how many times fast_grad called its VJP rule
 
   @contextmanager

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# `make lab`: JupyterLab on exercises/. LAB_ARGS goes on Jupyter's command line
+# (make lab LAB_ARGS="--no-browser --port=8899"). Jupyter refuses to run as root
+# without --allow-root, and Docker and many cloud machines run as root: there it
+# is added, with a note. LAB_DRY_RUN=1 prints the command instead (for the tests).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cmd=(.venv/bin/jupyter lab exercises)
+if [ "$(id -u)" = 0 ]; then
+  echo "make lab: running as root (as in Docker): adding --allow-root, which Jupyter needs there" >&2
+  cmd+=(--allow-root)
+fi
+read -r -a extra <<< "${LAB_ARGS:-}"   # split into words, as a shell would
+cmd+=("${extra[@]}")
+if [ -n "${LAB_DRY_RUN:-}" ]; then
+  echo "${cmd[*]}"
+else
+  exec "${cmd[@]}"
+fi

@@ -1,0 +1,75 @@
+"""`make lab` starts JupyterLab for everyone: as root (Docker, cloud machines),
+where it adds --allow-root with a note, and as a user; LAB_ARGS passes flags on.
+
+One test really starts it, as whoever runs the tests, sees it answer on
+localhost and stops it; the other user's case is a dry run (scripts/lab.sh
+prints its command) under an `id` that says the other uid.
+"""
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTE = "adding --allow-root"
+# -o: don't rebuild .venv here, even if pyproject.toml is newer than its stamp.
+MAKE = ["make", "--no-print-directory", "-o", ".venv/.installed", "lab"]
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def _env(tmp_path, **extra):
+  env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "PYTEST"))}
+  # Jupyter's runtime and config files go to the test's folder, not ~.
+  env.update(JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
+             JUPYTER_CONFIG_DIR=str(tmp_path / "config"), **extra)
+  return env
+
+
+def test_make_lab_starts_and_listens(tmp_path):
+  port = _free_port()
+  args = f"--no-browser --ip=127.0.0.1 --port={port} --port-retries=0"
+  proc = subprocess.Popen([*MAKE, f"LAB_ARGS={args}"], cwd=ROOT, env=_env(tmp_path),
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          start_new_session=True)
+  try:
+    version, deadline = None, time.monotonic() + 120
+    while version is None and time.monotonic() < deadline and proc.poll() is None:
+      try:   # /api answers without a token
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api", timeout=2) as r:
+          version = json.load(r).get("version")
+      except OSError:
+        time.sleep(0.5)
+    assert version, f"JupyterLab did not answer on port {port}"
+  finally:
+    if proc.poll() is None:
+      os.killpg(proc.pid, signal.SIGTERM)   # make, bash and jupyter: one session of ours
+    out, _ = proc.communicate(timeout=60)
+  assert (NOTE in out) == (os.geteuid() == 0), out
+  assert str(port) in out, out
+
+
+@pytest.mark.parametrize("uid", ["0", "1000"])
+def test_make_lab_adds_allow_root_only_for_root(tmp_path, uid):
+  shim = tmp_path / "bin"
+  shim.mkdir()
+  (shim / "id").write_text(f"#!/bin/sh\necho {uid}\n")
+  (shim / "id").chmod(0o755)
+  env = _env(tmp_path, LAB_DRY_RUN="1", PATH=f"{shim}{os.pathsep}{os.environ['PATH']}")
+  proc = subprocess.run([*MAKE, "LAB_ARGS=--no-browser --port=8899"], cwd=ROOT, env=env,
+                        capture_output=True, text=True, timeout=60)
+  assert proc.returncode == 0, proc.stdout + proc.stderr
+  command = proc.stdout.strip().splitlines()[-1].split()
+  assert command[:3] == [".venv/bin/jupyter", "lab", "exercises"]
+  assert command[3:] == (["--allow-root"] if uid == "0" else []) + ["--no-browser", "--port=8899"]
+  assert (NOTE in proc.stderr) == (uid == "0"), proc.stderr
