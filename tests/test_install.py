@@ -13,6 +13,7 @@ install must hold every file of both packages: pyproject.toml finds packages
 rather than listing them.
 """
 import asyncio
+import concurrent.futures
 import importlib.util
 import json
 import os
@@ -212,6 +213,13 @@ async def _execute(nb, learner, cwd):
   return nb
 
 
+def _run_alone(coroutine):
+  """asyncio.run in a thread of its own: an earlier test in this worker (nbclient's
+  sync API) may have left an event loop marked running in the main thread."""
+  with concurrent.futures.ThreadPoolExecutor(1) as pool:
+    return pool.submit(asyncio.run, coroutine).result()
+
+
 def _errors(cell) -> str:
   return "\n".join(f"{o.ename}: {o.evalue}" for o in cell.outputs if o.output_type == "error")
 
@@ -223,7 +231,7 @@ def test_notebook_passes_with_the_reference_answers(installed, learner, part, tm
   stored = {c.id: "".join(o.get("text", "") for o in c.outputs)
             for c in stub.cells if c.metadata.get("role") == "check"}
   nbformat.write(nb, tmp_path / f"{part}.ipynb")   # the learner's downloads folder
-  asyncio.run(_execute(nb, learner, tmp_path))
+  _run_alone(_execute(nb, learner, tmp_path))
   for cell in nb.cells:
     if cell.cell_type == "code":
       assert not _errors(cell), f"cell {cell.id} of {part}:\n{cell.source}\n{_errors(cell)}"
