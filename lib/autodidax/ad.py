@@ -451,6 +451,8 @@ def _pow_jvp(primals, tangents):
   # d(x^y)/dy = log(x) x^y, taken as 0 where x == 0. As in JAX.
   (x, y), (x_dot, y_dot) = primals, tangents
   out = lax.pow(x, y)
+  if lax.integer_exponent(get_aval(x), get_aval(y)):   # (y_dot is zero)
+    y = lax.convert_element_type(y, get_aval(x).dtype)
   t = Zero.from_value(out)
   if type(x_dot) is not Zero:
     y_minus_1 = lax.add(lax.sub(y, 1.), _mask(lax.eq(y, 0.), y))

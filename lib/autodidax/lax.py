@@ -26,24 +26,43 @@ from .util import canonicalize_axis
 
 def _binary_impl(prim, np_fn):
   def impl(x, y):
-    sx, sy = np.shape(x), np.shape(y)
-    if sx != sy and sx and sy:
-      raise ShapeError(f"{prim.name}: shapes {sx} and {sy} are incompatible. lax "
-                       "operations need equal shapes (or a scalar); use "
-                       "autodidax.numpy for NumPy-style broadcasting.")
+    _check_shapes(prim, np.shape(x), np.shape(y))
     tx, ty = OperandType.of(x), OperandType.of(y)   # reject what jit rejects
     _check_kinds(prim, tx, ty)
     if tx.dtype != ty.dtype:
       binary_dtype(prim.name, tx, ty)
-    return np_fn(x, y)
+    return python_scalar(np_fn(x, y), x, y)
   return impl
+
+
+def _check_shapes(prim, sx, sy):
+  if sx != sy and sx and sy:
+    raise ShapeError(f"{prim.name}: shapes {sx} and {sy} are incompatible. lax "
+                     "operations need equal shapes (or a scalar); use "
+                     "autodidax.numpy for NumPy-style broadcasting.")
 
 
 def _unary_impl(prim, np_fn):
   def impl(x):
     _check_kinds(prim, OperandType.of(x))
-    return np_fn(x)
+    return python_scalar(np_fn(x), x)
   return impl
+
+
+def python_scalar(out, *operands):
+  """`out` as a Python scalar where it is weakly typed, that is where the
+  operands are Python scalars, not only bools (a bool is never weak): so
+  eagerly, a weakly typed value is a Python scalar, as JAX's `lax.sin(2.)`
+  is weakly typed."""
+  weak = False
+  for x in operands:
+    if type(x) is int or type(x) is float:
+      weak = True
+    elif type(x) is not bool:
+      return out
+  if weak and isinstance(out, (np.ndarray, np.generic)) and out.ndim == 0:
+    return out.item()
+  return out
 
 
 def typed_impl(prim, impl):
@@ -64,12 +83,22 @@ class OperandType(NamedTuple):
   @classmethod
   def of(cls, x):
     if type(x) is np.ndarray:   # the common case, made quick
+      if x.dtype not in dtypes.SUPPORTED:
+        raise dtypes.unsupported(x.dtype)
       return cls(x.dtype, False)
     return cls(*dtypes.dtype_and_weak(x))
 
 
 class ShapeError(TypeError):
   pass
+
+
+def supported(x):
+  """`x`, checked to be of a dtype autodidax has: a NumPy array may hold
+  one it hasn't (bfloat16, from ml_dtypes)."""
+  if type(x) is np.ndarray and x.dtype not in dtypes.SUPPORTED:
+    raise dtypes.unsupported(x.dtype)
+  return x
 
 
 add_p = Primitive("add")
@@ -134,10 +163,10 @@ unary_primitives = {neg_p: np.negative, sin_p: np.sin, cos_p: np.cos,
                     floor_p: np.floor, stop_gradient_p: lambda x: x}
 # The dtype kinds each primitive accepts (b: bool, i/u: ints, f/c: floats),
 # checked by abstract evaluation; the others take any dtype.
-_NUMBERS, _FLOATS, _INTEGRAL = "iufc", "fc", "biu"
+_NUMBERS, _FLOATS, _INTEGRAL, _SIGNED = "iufc", "fc", "biu", "ifc"
 operand_kinds = {
     add_p: _NUMBERS, sub_p: _NUMBERS, mul_p: _NUMBERS, div_p: _NUMBERS,
-    rem_p: _NUMBERS, pow_p: _FLOATS, neg_p: _NUMBERS, abs_p: _NUMBERS,
+    rem_p: _NUMBERS, pow_p: _FLOATS, neg_p: _NUMBERS, abs_p: _SIGNED,
     sign_p: _NUMBERS, and_p: _INTEGRAL, or_p: _INTEGRAL, xor_p: _INTEGRAL,
     not_p: _INTEGRAL, **{p: _FLOATS for p in (sin_p, cos_p, exp_p, log_p,
                                              tanh_p, sqrt_p, rsqrt_p, floor_p)}}
@@ -146,6 +175,26 @@ for _p, _fn in binary_primitives.items():
   impl_rules[_p] = _binary_impl(_p, _fn)
 for _p, _fn in unary_primitives.items():
   impl_rules[_p] = _unary_impl(_p, _fn)
+
+
+_float_pow_impl = impl_rules[pow_p]
+
+
+def _pow_impl(x, y):
+  tx, ty = OperandType.of(x), OperandType.of(y)
+  if not integer_exponent(tx, ty):
+    return _float_pow_impl(x, y)
+  _check_shapes(pow_p, np.shape(x), np.shape(y))
+  return python_scalar(np.power(x, np.asarray(y).astype(tx.dtype)), x, y)
+
+
+def integer_exponent(x, y) -> bool:
+  """Whether pow(x, y) raises floats to integer powers: JAX's lax.pow takes
+  an integer `y` as it is, and the result has x's dtype."""
+  return x.dtype.kind in "fc" and y.dtype.kind in "iu"
+
+
+impl_rules[pow_p] = _pow_impl
 
 
 def add(x, y): return add_p.bind(x, y)
@@ -190,7 +239,7 @@ round_p = Primitive("round")
 
 def _integer_pow_impl(x, *, y):
   _check_integer_pow(OperandType.of(x), y)
-  return np.power(x, np.asarray(y, np.result_type(x)))
+  return python_scalar(np.power(x, np.asarray(y, np.result_type(x))), x)
 
 
 impl_rules[integer_pow_p] = _integer_pow_impl
@@ -206,8 +255,9 @@ ROUND_AWAY_FROM_ZERO, ROUND_TO_NEAREST_EVEN = 0, 1
 
 def _round_impl(x, *, rounding_method):
   if rounding_method == ROUND_TO_NEAREST_EVEN:
-    return np.round(x)
-  return np.asarray(np.sign(x) * np.floor(np.abs(x) + 0.5), np.result_type(x))
+    return python_scalar(np.round(x), x)
+  away = np.asarray(np.sign(x) * np.floor(np.abs(x) + 0.5), np.result_type(x))
+  return python_scalar(away, x)
 
 
 impl_rules[round_p] = typed_impl(round_p, _round_impl)
@@ -225,10 +275,17 @@ reduce_min_p = Primitive("reduce_min")
 reduce_prod_p = Primitive("reduce_prod")
 # np.asarray: np.sum would call an array-like's own .sum(axis, out=...) method;
 # dtype: NumPy sums small ints as int64, lax keeps the operand's dtype.
-impl_rules[reduce_sum_p] = lambda x, *, axes: np.sum(np.asarray(x), axes,
-                                                      dtype=np.result_type(x))
-impl_rules[reduce_prod_p] = lambda x, *, axes: np.prod(np.asarray(x), axes,
-                                                        dtype=np.result_type(x))
+def _sum_impl(x, *, axes):
+  _check_kinds(reduce_sum_p, OperandType.of(x))
+  return np.sum(np.asarray(x), axes, dtype=np.result_type(x))
+
+
+def _prod_impl(x, *, axes):
+  _check_kinds(reduce_prod_p, OperandType.of(x))
+  return np.prod(np.asarray(x), axes, dtype=np.result_type(x))
+
+
+impl_rules[reduce_sum_p], impl_rules[reduce_prod_p] = _sum_impl, _prod_impl
 
 
 def lowest(dtype):
@@ -249,9 +306,9 @@ def highest(dtype):
 
 # `initial`: an empty axis reduces to the identity, as in XLA.
 impl_rules[reduce_max_p] = lambda x, *, axes: np.max(
-    np.asarray(x), axes, initial=lowest(np.result_type(x)))
+    supported(np.asarray(x)), axes, initial=lowest(np.result_type(x)))
 impl_rules[reduce_min_p] = lambda x, *, axes: np.min(
-    np.asarray(x), axes, initial=highest(np.result_type(x)))
+    supported(np.asarray(x)), axes, initial=highest(np.result_type(x)))
 
 
 def _canonical_axes(axis, ndim) -> tuple:
@@ -285,20 +342,27 @@ argmax_p = Primitive("argmax")
 argmin_p = Primitive("argmin")
 cumsum_p = Primitive("cumsum")
 impl_rules[argmax_p] = lambda x, *, axes, index_dtype: np.argmax(
-    np.asarray(x), axes[0]).astype(index_dtype)
+    supported(np.asarray(x)), axes[0]).astype(index_dtype)
 impl_rules[argmin_p] = lambda x, *, axes, index_dtype: np.argmin(
-    np.asarray(x), axes[0]).astype(index_dtype)
+    supported(np.asarray(x)), axes[0]).astype(index_dtype)
 
 
 def argmax(x, axis: int, index_dtype=np.int64):
   """The index of the first largest element (or first NaN) along `axis`."""
   return argmax_p.bind(x, axes=(canonicalize_axis(axis, np.ndim(x)),),
-                       index_dtype=np.dtype(index_dtype))
+                       index_dtype=_index_dtype(index_dtype))
 
 
 def argmin(x, axis: int, index_dtype=np.int64):
   return argmin_p.bind(x, axes=(canonicalize_axis(axis, np.ndim(x)),),
-                       index_dtype=np.dtype(index_dtype))
+                       index_dtype=_index_dtype(index_dtype))
+
+
+def _index_dtype(dtype) -> np.dtype:
+  dtype = np.dtype(dtype)
+  if dtype.kind not in "iu":
+    raise TypeError(f"index_dtype must be an integer type, got {dtype.name}")
+  return dtype
 
 
 def _cumsum_impl(x, *, axis, reverse):
@@ -328,14 +392,37 @@ def _broadcast_impl(x, *, shape, axes):
   # Size-1 axes where the new ones go (one reshape, cheaper than an
   # expand_dims per axis), then a read-only broadcast view.
   expanded = tuple(1 if i in axes else d for i, d in enumerate(shape))
-  return np.broadcast_to(np.reshape(x, expanded), shape)
+  return np.broadcast_to(np.reshape(supported(x), expanded), shape)
 
 
 impl_rules[broadcast_p] = _broadcast_impl
-impl_rules[transpose_p] = lambda x, *, permutation: np.transpose(x, permutation)
-impl_rules[reshape_p] = lambda x, *, new_sizes: np.reshape(x, new_sizes)
-impl_rules[convert_element_type_p] = (
-    lambda x, *, new_dtype, weak_type: np.asarray(x).astype(new_dtype))
+impl_rules[transpose_p] = lambda x, *, permutation: python_scalar(
+    np.transpose(supported(x), permutation), x)
+impl_rules[reshape_p] = lambda x, *, new_sizes: python_scalar(
+    np.reshape(supported(x), new_sizes), x)
+
+
+def _convert_element_type_impl(x, *, new_dtype, weak_type):
+  out = convert_values(x, new_dtype)
+  return out.item() if weak_type and out.ndim == 0 else out
+
+
+impl_rules[convert_element_type_p] = _convert_element_type_impl
+
+
+def convert_values(x, dtype) -> np.ndarray:
+  """`x` as an array of `dtype`, converted as XLA converts: floats to
+  integers saturate (NaN gives 0), other integers wrap around, and anything
+  to bool tests for nonzero."""
+  x, dtype = supported(np.asarray(x)), dtypes.check(dtype)
+  if x.dtype.kind not in "fc" or dtype.kind not in "iu":
+    return x.astype(dtype)
+  x = x.real
+  info = np.iinfo(dtype)
+  with np.errstate(invalid="ignore"):
+    out = np.where(np.isnan(x), 0, x).astype(dtype)   # wrong where too big:
+  return np.where(x >= info.max, info.max,
+                  np.where(x <= info.min, info.min, out)).astype(dtype)
 
 
 def broadcast(x, shape, axes=None):
@@ -388,7 +475,7 @@ def reshape(x, new_sizes):
 
 
 def convert_element_type(x, new_dtype, weak_type: bool = False):
-  return convert_element_type_p.bind(x, new_dtype=np.dtype(new_dtype),
+  return convert_element_type_p.bind(x, new_dtype=dtypes.check(new_dtype),
                                      weak_type=bool(weak_type))
 
 
@@ -424,7 +511,14 @@ impl_rules[concatenate_p] = typed_impl(concatenate_p, lambda *xs, dimension: np.
 def concatenate(operands, dimension: int):
   if not operands:
     raise ValueError("concatenate needs at least one operand")
-  return concatenate_p.bind(*operands, dimension=canonicalize_axis(dimension, np.ndim(operands[0])))
+  ranks = [np.ndim(x) for x in operands]
+  if len(set(ranks)) > 1:
+    raise TypeError("concatenate: the operands must have one rank, got "
+                    f"shapes {[np.shape(x) for x in operands]}")
+  if ranks[0] == 0:
+    raise TypeError("concatenate: 0-d operands have no axis to join along")
+  return concatenate_p.bind(
+      *operands, dimension=canonicalize_axis(dimension, ranks[0]))
 
 
 def _pad_impl(x, padding_value, *, padding_config):
@@ -445,19 +539,24 @@ def _pad_impl(x, padding_value, *, padding_config):
   return x
 
 
-impl_rules[pad_p] = typed_impl(pad_p, _pad_impl)
+impl_rules[pad_p] = typed_impl(pad_p, lambda x, v, **params: python_scalar(
+    _pad_impl(x, v, **params), x, v))
 
 
 def pad(x, padding_value, padding_config):
+  if np.ndim(padding_value):
+    raise ValueError(f"pad: the padding value must be a scalar, got shape "
+                     f"{np.shape(padding_value)}")
   config = tuple((int(lo), int(hi), int(mid)) for lo, hi, mid in padding_config)
   if len(config) != np.ndim(x) or any(mid < 0 for _, _, mid in config):
-    raise ShapeError(f"pad: padding_config {padding_config} needs one (low, high, "
+    raise ValueError(f"pad: padding_config {padding_config} needs one (low, high, "
                      f"interior>=0) per axis of {np.shape(x)}")
   return pad_p.bind(x, padding_value, padding_config=config)
 
 
-impl_rules[slice_p] = lambda x, *, start_indices, limit_indices, strides: np.asarray(x)[
-    tuple(builtins.slice(a, b, s) for a, b, s in zip(start_indices, limit_indices, strides))]
+impl_rules[slice_p] = lambda x, *, start_indices, limit_indices, strides: (
+    supported(np.asarray(x))[tuple(builtins.slice(a, b, s) for a, b, s in
+                                   zip(start_indices, limit_indices, strides))])
 
 
 def slice(x, start_indices, limit_indices, strides=None):  # noqa: A001
@@ -473,7 +572,7 @@ def slice(x, start_indices, limit_indices, strides=None):  # noqa: A001
   return slice_p.bind(x, start_indices=start, limit_indices=limit, strides=strides)
 
 
-impl_rules[rev_p] = lambda x, *, dimensions: np.flip(x, dimensions)
+impl_rules[rev_p] = lambda x, *, dimensions: np.flip(supported(x), dimensions)
 
 
 def rev(x, dimensions):
@@ -501,14 +600,14 @@ def _dynamic_update_slice_impl(x, update, *starts):
   return out
 
 
-impl_rules[dynamic_slice_p] = _dynamic_slice_impl
+impl_rules[dynamic_slice_p] = typed_impl(dynamic_slice_p, _dynamic_slice_impl)
 impl_rules[dynamic_update_slice_p] = typed_impl(dynamic_update_slice_p,
                                                     _dynamic_update_slice_impl)
 
 
 def _check_starts(name, x, starts):
   if len(starts) != np.ndim(x):
-    raise ShapeError(f"{name}: got {len(starts)} start indices for an array of "
+    raise ValueError(f"{name}: got {len(starts)} start indices for an array of "
                      f"rank {np.ndim(x)}; give one per axis")
 
 
@@ -549,20 +648,32 @@ def _index(i, size: int):
 def binary_dtype(name, x, y):
   """The result dtype, with JAX's weak typing: a weakly-typed operand (from a
   Python scalar) adopts the other operand's dtype, if the lattice allows."""
-  if x.dtype != y.dtype and not (x.weak_type or y.weak_type):
+  if x.dtype == y.dtype:
+    return x.dtype, x.weak_type and y.weak_type
+  dtype, weak = dtypes.join_types((x.dtype, x.weak_type),
+                                  (y.dtype, y.weak_type))
+  if any(a.dtype != dtype and not a.weak_type for a in (x, y)):
     raise TypeError(f"{name}: dtypes {x.dtype} and {y.dtype} differ. lax "
-                    "operations need equal dtypes: convert one with "
-                    "lax.convert_element_type (autodidax.numpy promotes for you).")
-  return dtypes.join_types((x.dtype, x.weak_type), (y.dtype, y.weak_type))
+                    "operations need equal dtypes (a Python scalar may take "
+                    "an array's dtype, not change it): convert one with "
+                    "lax.convert_element_type (autodidax.numpy promotes for "
+                    "you).")
+  return dtype, weak
 
 
 def _check_kinds(prim, *avals):
   kinds = operand_kinds.get(prim)
-  for a in avals:   # (a weakly typed Python scalar adapts to the other operand)
-    if kinds and a.dtype.kind not in kinds and not (a.weak_type and len(avals) > 1):
+  if not kinds:
+    return
+  # A weak Python scalar takes a strong operand's dtype; two weak ones join.
+  dts = [a.dtype for a in avals if not a.weak_type] or [
+      binary_dtype(prim.name, *avals)[0] if len(avals) > 1 else avals[0].dtype]
+  for dtype in dts:
+    if dtype.kind not in kinds:
       accepted = {_NUMBERS: "numbers (ints or floats)", _FLOATS: "floating-point",
-                  _INTEGRAL: "bool or integer"}[kinds]
-      raise TypeError(f"{prim.name} does not accept dtype {a.dtype.name}: it takes "
+                  _INTEGRAL: "bool or integer",
+                  _SIGNED: "signed integer or floating-point"}[kinds]
+      raise TypeError(f"{prim.name} does not accept dtype {dtype.name}: it takes "
                       f"{accepted} operands. Convert with lax.convert_element_type.")
 
 
@@ -589,6 +700,16 @@ def _unary_abstract_eval(prim):
 
 for _p in binary_primitives:
   abstract_eval_rules[_p] = _binary_abstract_eval(_p, _p in comparison_primitives)
+
+
+def _pow_abstract_eval(x, y):
+  if not integer_exponent(x, y):
+    return _binary_abstract_eval(pow_p, False)(x, y)
+  _check_shapes(pow_p, x.shape, y.shape)
+  return ShapedArray(x.shape or y.shape, x.dtype, x.weak_type and y.weak_type)
+
+
+abstract_eval_rules[pow_p] = _pow_abstract_eval
 for _p in (*unary_primitives, integer_pow_p, round_p):
   abstract_eval_rules[_p] = _unary_abstract_eval(_p)
 operand_kinds.update({integer_pow_p: _NUMBERS, round_p: _FLOATS})
@@ -596,6 +717,7 @@ operand_kinds.update({integer_pow_p: _NUMBERS, round_p: _FLOATS})
 
 def _reduce_abstract_eval(prim, index_dtype=False):
   def rule(x, *, axes, **params):
+    _check_kinds(prim, x)
     if any(not 0 <= a < x.ndim for a in axes):
       raise ShapeError(f"{prim.name}: axes {axes} out of range for {x.str_short()}")
     shape = tuple(d for i, d in enumerate(x.shape) if i not in axes)
@@ -609,6 +731,7 @@ def _reduce_abstract_eval(prim, index_dtype=False):
 
 for _p in (reduce_sum_p, reduce_max_p, reduce_min_p, reduce_prod_p):
   abstract_eval_rules[_p] = _reduce_abstract_eval(_p)
+operand_kinds.update({reduce_sum_p: _NUMBERS, reduce_prod_p: _NUMBERS})
 for _p in (argmax_p, argmin_p):
   abstract_eval_rules[_p] = _reduce_abstract_eval(_p, index_dtype=True)
 
@@ -689,7 +812,11 @@ abstract_eval_rules[concatenate_p] = _concatenate_abstract_eval
 
 
 def _pad_abstract_eval(x, padding_value, *, padding_config):
-  if padding_value.shape != () or padding_value.dtype != x.dtype:
+  if padding_value.shape != ():
+    raise ValueError(f"pad: the padding value must be a scalar, got "
+                     f"{padding_value.str_short()}")
+  if padding_value.dtype != x.dtype and (   # (a Python scalar may adopt it)
+      binary_dtype("pad", x, padding_value)[0] != x.dtype):
     raise TypeError(f"pad: the padding value must be a scalar of {x.dtype.name}, got "
                     f"{padding_value.str_short()}")
   shape = [lo + hi + d + builtins.max(d - 1, 0) * mid
@@ -778,7 +905,13 @@ impl_rules[dot_general_p] = _dot_general_impl
 
 def _canonical_dimension_numbers(dimension_numbers, x_ndim, y_ndim):
   (lc, rc), (lb, rb) = dimension_numbers
-  fix = lambda axes, n: tuple(canonicalize_axis(int(a), n) for a in axes)
+
+  def fix(axes, n):
+    if any(not -n <= int(a) < n for a in axes):
+      raise TypeError(f"dot_general: dimension_numbers {dimension_numbers} "
+                      f"name axes that operands of ranks {x_ndim} and "
+                      f"{y_ndim} don't have")
+    return tuple(canonicalize_axis(int(a), n) for a in axes)
   return ((fix(lc, x_ndim), fix(rc, y_ndim)), (fix(lb, x_ndim), fix(rb, y_ndim)))
 
 

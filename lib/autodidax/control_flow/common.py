@@ -130,8 +130,8 @@ def clamp(lo, x, hi):
   return clamp_p.bind(lo, x, hi)
 
 
-impl_rules[clamp_p] = lax.typed_impl(
-    clamp_p, lambda lo, x, hi: np.asarray(np.clip(x, lo, hi), np.result_type(x)))
+impl_rules[clamp_p] = lax.typed_impl(clamp_p, lambda lo, x, hi: lax.python_scalar(
+    np.asarray(np.clip(x, lo, hi), np.result_type(x)), lo, x, hi))
 
 
 def _clamp_abstract_eval(lo, x, hi):
@@ -139,10 +139,11 @@ def _clamp_abstract_eval(lo, x, hi):
     if b.shape and b.shape != x.shape:
       raise TypeError(f"clamp: bounds must be scalars or shaped like the operand, got "
                       f"{b.str_short()} for {x.str_short()}")
-    if b.dtype != x.dtype:
+    # (a weakly typed bound, a Python scalar, may take x's dtype)
+    if b.dtype != x.dtype and lax.binary_dtype("clamp", x, b)[0] != x.dtype:
       raise TypeError(f"clamp: bound {b.str_short()} and operand {x.str_short()} have "
                       "different dtypes")
-  return raise_to_shaped(x)
+  return ShapedArray(x.shape, x.dtype, lo.weak_type and x.weak_type and hi.weak_type)
 
 
 abstract_eval_rules[clamp_p] = _clamp_abstract_eval
@@ -178,6 +179,8 @@ batching.vmap_rules[clamp_p] = _clamp_vmap
 
 def _clamp_lowering(ctx, lo, x, hi):
   alo, ax, ahi = ctx.avals_in
+  lo, hi = ctx.convert(lo, alo, ax.dtype), ctx.convert(hi, ahi, ax.dtype)
+  alo, ahi = alo.update(dtype=ax.dtype), ahi.update(dtype=ax.dtype)
   return ctx.emit(f"stablehlo.clamp {lo}, {x}, {hi} : ({mlir_type(alo)}, {mlir_type(ax)}, "
                   f"{mlir_type(ahi)}) -> {mlir_type(ctx.avals_out[0])}")
 
