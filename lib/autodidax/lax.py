@@ -137,28 +137,65 @@ stop_gradient_p = Primitive("stop_gradient")
 
 def _div(x, y):
   """Division as lax.div: integers divide with truncation toward zero (C style,
-  like StableHLO's divide), keeping their dtype; NumPy's `/` would give floats."""
-  if np.result_type(x, y).kind not in "iu":
+  like StableHLO's divide), keeping their dtype; NumPy's `/` would give floats.
+  As in XLA, an integer divided by 0 is -1 (all bits set), and MIN / -1 is
+  MIN."""
+  dtype = np.result_type(x, y)
+  if dtype.kind not in "iu":
     return np.divide(x, y)
-  q = np.floor_divide(x, y)   # rounds down: add one where that went past zero
-  return q + ((np.remainder(x, y) != 0) & ((np.less(x, 0)) != (np.less(y, 0))))
+  with np.errstate(all="ignore"):
+    q = np.floor_divide(x, y)   # rounds down: add one where that went past zero
+    q = q + ((np.remainder(x, y) != 0) & ((np.less(x, 0)) != (np.less(y, 0))))
+    q = np.where(np.equal(y, -1), np.negative(x), q) if dtype.kind == "i" else q
+  return np.where(np.equal(y, 0), np.array(-1).astype(dtype), q).astype(dtype)
 
 
 def _rem(x, y):
-  """The remainder of lax.div: it has the sign of `x` (C's fmod)."""
-  return np.fmod(x, y)
+  """The remainder of lax.div: it has the sign of `x` (C's fmod); as in XLA,
+  an integer's remainder by 0 is itself."""
+  if np.result_type(x, y).kind not in "iu":
+    return np.fmod(x, y)
+  with np.errstate(all="ignore"):
+    return np.where(np.equal(y, 0), x, np.fmod(x, y)).astype(np.result_type(x, y))
+
+
+def _max(x, y):
+  """np.maximum, with XLA's signed zeros: max(-0., 0.) is 0. either way."""
+  out = np.maximum(x, y)
+  if out.dtype.kind == "f":
+    zeros = np.equal(x, 0) & np.equal(y, 0)
+    if zeros.any():
+      out = np.where(zeros, np.add(x, y), out)   # -0 + 0 == 0, -0 + -0 == -0
+  return out
+
+
+def _min(x, y):
+  """np.minimum; min(-0., 0.) is -0. either way."""
+  out = np.minimum(x, y)
+  if out.dtype.kind == "f":
+    zeros = np.equal(x, 0) & np.equal(y, 0)
+    if zeros.any():
+      out = np.where(zeros, np.negative(np.add(np.negative(x), np.negative(y))),
+                     out)
+  return out
+
+
+def _sign(x):
+  """np.sign, but the sign of -0. is -0., as in XLA."""
+  out = np.sign(x)
+  return np.where(np.equal(x, 0), x, out) if out.dtype.kind == "f" else out
 
 
 binary_primitives = {
     add_p: np.add, sub_p: np.subtract, mul_p: np.multiply, div_p: _div,
-    max_p: np.maximum, min_p: np.minimum, pow_p: np.power, rem_p: _rem,
+    max_p: _max, min_p: _min, pow_p: np.power, rem_p: _rem,
     greater_p: np.greater, less_p: np.less, greater_equal_p: np.greater_equal,
     less_equal_p: np.less_equal, eq_p: np.equal, ne_p: np.not_equal,
     and_p: np.bitwise_and, or_p: np.bitwise_or, xor_p: np.bitwise_xor}
 comparison_primitives = {greater_p, less_p, greater_equal_p, less_equal_p, eq_p, ne_p}
 unary_primitives = {neg_p: np.negative, sin_p: np.sin, cos_p: np.cos,
                     exp_p: np.exp, log_p: np.log, tanh_p: np.tanh,
-                    not_p: np.invert, abs_p: np.abs, sign_p: np.sign,
+                    not_p: np.invert, abs_p: np.abs, sign_p: _sign,
                     sqrt_p: np.sqrt, rsqrt_p: lambda x: 1 / np.sqrt(x),
                     floor_p: np.floor, stop_gradient_p: lambda x: x}
 # The dtype kinds each primitive accepts (b: bool, i/u: ints, f/c: floats),
@@ -304,11 +341,23 @@ def highest(dtype):
   return np.iinfo(dtype).max if dtype.kind in "iu" else np.inf
 
 
-# `initial`: an empty axis reduces to the identity, as in XLA.
-impl_rules[reduce_max_p] = lambda x, *, axes: np.max(
-    supported(np.asarray(x)), axes, initial=lowest(np.result_type(x)))
-impl_rules[reduce_min_p] = lambda x, *, axes: np.min(
-    supported(np.asarray(x)), axes, initial=highest(np.result_type(x)))
+def _extremum_impl(np_fn, identity, zero_sign):
+  def impl(x, *, axes):
+    x = supported(np.asarray(x))
+    # `initial`: an empty axis reduces to the identity, as in XLA.
+    out = np_fn(x, axes, initial=identity(x.dtype))
+    if x.dtype.kind == "f" and np.equal(out, 0).any():
+      # Signed zeros as XLA's: the max of -0. and 0. is 0., the min -0.
+      signed = np.any(np.equal(x, 0) & (np.signbit(x) == zero_sign), axes)
+      out = np.where(np.equal(out, 0) & signed, -0. if zero_sign else 0.,
+                     np.where(np.equal(out, 0), 0. if zero_sign else -0., out))
+      out = out.astype(x.dtype)
+    return out
+  return impl
+
+
+impl_rules[reduce_max_p] = _extremum_impl(np.max, lowest, False)
+impl_rules[reduce_min_p] = _extremum_impl(np.min, highest, True)
 
 
 def _canonical_axes(axis, ndim) -> tuple:

@@ -69,8 +69,9 @@ def dense_literal(x: np.ndarray) -> str:
   """A `dense<...>` attribute holding the array `x`."""
   x = np.asarray(x)
   flat = x.ravel()
-  # One value for all (compared bitwise, so that 0.0 and -0.0 differ):
-  if x.ndim == 0 or (flat.size and flat.tobytes() == flat[:1].tobytes() * flat.size):
+  # One value for all (compared bitwise, so that 0.0 and -0.0 differ), or
+  # none (a splat fits an empty array of any shape):
+  if not flat.size or flat.tobytes() == flat[:1].tobytes() * flat.size:
     return f"dense<{_mlir_scalar(flat[0] if flat.size else 0, x.dtype)}>"
 
   def nest(a):
@@ -440,6 +441,8 @@ def _cumsum_lowering(ctx, x, *, axis, reverse):
   elements up to its own (padding with zeros on the side it comes from)."""
   (aval,), (out,) = ctx.avals_in, ctx.avals_out
   n, rank = aval.shape[axis], aval.ndim
+  if aval.size == 0:   # nothing to sum (and XLA wants windows of size > 0)
+    return x
   scalar = mlir_type(ShapedArray((), aval.dtype))
   zero = ctx.constant(0, aval.dtype)
   window = [n if i == axis else 1 for i in range(rank)]

@@ -10,7 +10,7 @@ def logsumexp(x, axis=None, keepdims=False):
   is a constant for differentiation (stop_gradient), and an infinite one is
   replaced by 0, so that inf - inf never makes a NaN."""
   x = anp.astype(x, dtypes.to_inexact(anp.result_type(x)))   # (int32: f32)
-  m = anp.max(x, axis, keepdims=True)
+  m = anp.max(x, axis, keepdims=True, initial=-anp.inf)   # (-inf if empty)
   m = lax.stop_gradient(anp.where(anp.abs(m) == anp.inf, 0., m))
   out = anp.add(anp.log(anp.sum(anp.exp(anp.subtract(x, m)), axis, keepdims=True)), m)
   return out if keepdims else anp.squeeze(out, axis)   # axis=None: every axis is 1 now
@@ -18,12 +18,14 @@ def logsumexp(x, axis=None, keepdims=False):
 
 def softmax(x, axis=-1):
   """exp(x) / sum(exp(x)) along `axis`, with the maximum taken out first."""
-  unnormalized = anp.exp(anp.subtract(x, lax.stop_gradient(anp.max(x, axis, keepdims=True))))
+  m = anp.max(x, axis, keepdims=True, initial=-anp.inf)   # (-inf if empty)
+  unnormalized = anp.exp(anp.subtract(x, lax.stop_gradient(m)))
   return anp.divide(unnormalized, anp.sum(unnormalized, axis, keepdims=True))
 
 
 def log_softmax(x, axis=-1):
-  shifted = anp.subtract(x, lax.stop_gradient(anp.max(x, axis, keepdims=True)))
+  m = anp.max(x, axis, keepdims=True, initial=-anp.inf)   # (-inf if empty)
+  shifted = anp.subtract(x, lax.stop_gradient(m))
   return anp.subtract(shifted, anp.log(anp.sum(anp.exp(shifted), axis, keepdims=True)))
 
 

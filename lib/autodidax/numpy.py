@@ -13,6 +13,7 @@ import builtins
 import numpy as _np
 
 from . import dtypes, lax
+from . import core
 from .core import ConcretizationError, Tracer, is_array
 from .util import canonicalize_axis
 
@@ -41,11 +42,15 @@ def result_type(*xs):
 
 
 def asarray(x, dtype=None):
+  """`x` as an array: a NumPy array, or under a transformation one of its
+  values (so that it indexes as ours do, e.g. with a traced index)."""
   if isinstance(x, Tracer):
     return x if dtype is None else astype(x, dtype)
   if isinstance(x, (list, tuple)) and any(isinstance(v, Tracer) for v in x):
     return stack([asarray(v) for v in x]) if dtype is None else astype(stack(x), dtype)
-  return lax.supported(_np.asarray(x, dtype))
+  out = lax.supported(_np.asarray(x, dtype))
+  main = core.trace_stack[-1]
+  return out if main.level == 0 else core.full_raise(main.trace_type(main), out)
 
 
 array = asarray
@@ -403,14 +408,22 @@ def _no_empty(name, x, axis):
     raise ValueError(f"zero-size array to reduction operation {name} which has no identity")
 
 
-def max(x, axis=None, keepdims=False):  # noqa: A001
-  _no_empty("max", x, axis)
-  return _reduction(lax.reduce_max, x, axis, keepdims, None)
+def max(x, axis=None, keepdims=False, initial=None):  # noqa: A001
+  """The largest element along `axis`, not below `initial` if given (an
+  empty axis then gives `initial`)."""
+  if initial is None:
+    _no_empty("max", x, axis)
+    return _reduction(lax.reduce_max, x, axis, keepdims, None)
+  out = _reduction(lax.reduce_max, x, axis, keepdims, None)
+  return maximum(out, _as_type(initial, result_type(out), False))
 
 
-def min(x, axis=None, keepdims=False):  # noqa: A001
-  _no_empty("min", x, axis)
-  return _reduction(lax.reduce_min, x, axis, keepdims, None)
+def min(x, axis=None, keepdims=False, initial=None):  # noqa: A001
+  if initial is None:
+    _no_empty("min", x, axis)
+    return _reduction(lax.reduce_min, x, axis, keepdims, None)
+  out = _reduction(lax.reduce_min, x, axis, keepdims, None)
+  return minimum(out, _as_type(initial, result_type(out), False))
 
 
 amax, amin = max, min
@@ -649,8 +662,11 @@ def _getitem(x, idx):
       dyn[axis] = i
     else:
       i = int(i)
-      if not -d <= i < d:
-        raise IndexError(f"index {i} is out of bounds for axis {axis} with size {d}")
+      if not -d <= i < d:   # (Part 2 says why we differ from JAX here)
+        raise IndexError(
+            f"index {i} is out of bounds for axis {axis} with size {d}. JAX "
+            "would clamp it into range; autodidax raises, as NumPy does "
+            "(a traced index is clamped, as in JAX)")
       i %= d
       start.append(i); limit.append(i + 1); strides.append(1)
     axis += 1
