@@ -23,6 +23,11 @@ class TransformationError(ValueError):
   """A transformation was called with arguments it can't use."""
 
 
+class OutputTypeError(TransformationError, TypeError):
+  """A function's output has a type the transformation can't use (grad of a
+  vector or of an int): a TypeError, as JAX raises."""
+
+
 def _check_arrays(what: str, leaves):
   for x in leaves:
     get_aval(x)   # raises UnsupportedTypeError with advice
@@ -430,7 +435,7 @@ def value_and_grad(fun, argnums=0, has_aux=False):
     aval = get_aval(out) if not isinstance(out, (tuple, list, dict)) else None
     if aval is None or aval.shape != () or not np.issubdtype(aval.dtype, np.inexact):
       got = aval.str_short() if aval is not None else f"a {type(out).__name__}"
-      raise TransformationError(
+      raise OutputTypeError(
           f"grad requires a function returning one real scalar, but it returned "
           f"{got}{' (with has_aux=True, return (scalar, aux))' if has_aux else ''}. "
           "For non-scalar outputs use vjp, or jacrev/jacfwd for Jacobians.")

@@ -47,6 +47,9 @@ def _join(a, b):
   return least[0]
 
 
+_join_cached = functools.cache(_join)
+
+
 def _node(dtype, weak: bool):
   dtype = np.dtype(dtype)
   return _WEAK_NODE[dtype.kind] if weak and dtype.kind != "b" else dtype
@@ -86,6 +89,10 @@ def unsupported(dtype) -> TypeError:
 
 def dtype_and_weak(x) -> tuple:
   """(dtype, weak_type) of an array-like: a Python scalar is weak, bool aside."""
+  if type(x) is np.ndarray:   # (the common case, made quick)
+    if x.dtype not in SUPPORTED:
+      raise unsupported(x.dtype)
+    return x.dtype, False
   known = _PYTHON_SCALARS.get(type(x))
   if known is not None:
     return known
@@ -102,7 +109,7 @@ def result_type(*xs) -> tuple:
 
 def join_types(*types) -> tuple:
   """Join (dtype, weak) pairs; the result is weak if it is a weak node."""
-  node = functools.reduce(_join, (_node(d, w) for d, w in types))
+  node = functools.reduce(_join_cached, (_node(d, w) for d, w in types))
   return _strong(node), isinstance(node, str)
 
 

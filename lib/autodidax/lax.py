@@ -26,6 +26,14 @@ from .util import canonicalize_axis
 
 def _binary_impl(prim, np_fn):
   def impl(x, y):
+    if type(x) in NUMPY_TYPES and _plain_kind(prim, x.dtype) and (
+        type(y) in NUMPY_TYPES and x.dtype == y.dtype
+        or type(y) is float and x.dtype.kind == "f"):   # the common cases,
+      _check_shapes(prim, x.shape, np.shape(y))          # checked quickly
+      return np_fn(x, y)
+    if type(x) is type(y) and type(x) in _PY_DTYPE and _plain_kind(
+        prim, _PY_DTYPE[type(x)]):   # two Python ints or floats (quickly)
+      return python_scalar(np_fn(x, y), x, y)
     _check_shapes(prim, np.shape(x), np.shape(y))
     tx, ty = OperandType.of(x), OperandType.of(y)   # reject what jit rejects
     _check_kinds(prim, tx, ty)
@@ -44,9 +52,23 @@ def _check_shapes(prim, sx, sy):
 
 def _unary_impl(prim, np_fn):
   def impl(x):
+    if type(x) in NUMPY_TYPES and _plain_kind(prim, x.dtype):   # (quickly)
+      return np_fn(x)
     _check_kinds(prim, OperandType.of(x))
     return python_scalar(np_fn(x), x)
   return impl
+
+
+_PY_DTYPE = {int: np.dtype(np.int64), float: np.dtype(np.float64)}
+# NumPy's arrays and scalars (of the dtypes autodidax has): eager values.
+NUMPY_TYPES = frozenset({np.ndarray, *(d.type for d in dtypes.SUPPORTED)})
+
+
+def _plain_kind(prim, dtype) -> bool:
+  """Whether `prim` takes arrays of `dtype` as they are (else the full
+  checks run, and raise where they should)."""
+  kinds = operand_kinds.get(prim)
+  return dtype in dtypes.SUPPORTED and (kinds is None or dtype.kind in kinds)
 
 
 def python_scalar(out, *operands):
@@ -162,7 +184,7 @@ def _rem(x, y):
 def _max(x, y):
   """np.maximum, with XLA's signed zeros: max(-0., 0.) is 0. either way."""
   out = np.maximum(x, y)
-  if out.dtype.kind == "f":
+  if out.dtype.kind == "f" and not out.all():   # (a zero: look closer)
     zeros = np.equal(x, 0) & np.equal(y, 0)
     if zeros.any():
       out = np.where(zeros, np.add(x, y), out)   # -0 + 0 == 0, -0 + -0 == -0
@@ -172,7 +194,7 @@ def _max(x, y):
 def _min(x, y):
   """np.minimum; min(-0., 0.) is -0. either way."""
   out = np.minimum(x, y)
-  if out.dtype.kind == "f":
+  if out.dtype.kind == "f" and not out.all():   # (a zero: look closer)
     zeros = np.equal(x, 0) & np.equal(y, 0)
     if zeros.any():
       out = np.where(zeros, np.negative(np.add(np.negative(x), np.negative(y))),
@@ -275,8 +297,19 @@ round_p = Primitive("round")
 
 
 def _integer_pow_impl(x, *, y):
+  """By squaring and multiplying, as XLA computes it (so rounding agrees)."""
   _check_integer_pow(OperandType.of(x), y)
-  return python_scalar(np.power(x, np.asarray(y, np.result_type(x))), x)
+  base = np.asarray(x)
+  acc, n = np.ones_like(base), abs(y)
+  with np.errstate(over="ignore"):
+    while n:
+      if n & 1:
+        acc = acc * base
+      n >>= 1
+      if n:
+        base = base * base
+  out = np.divide(np.ones_like(acc), acc) if y < 0 else acc
+  return python_scalar(out, x)
 
 
 impl_rules[integer_pow_p] = _integer_pow_impl
@@ -293,7 +326,8 @@ ROUND_AWAY_FROM_ZERO, ROUND_TO_NEAREST_EVEN = 0, 1
 def _round_impl(x, *, rounding_method):
   if rounding_method == ROUND_TO_NEAREST_EVEN:
     return python_scalar(np.round(x), x)
-  away = np.asarray(np.sign(x) * np.floor(np.abs(x) + 0.5), np.result_type(x))
+  away = np.asarray(np.copysign(np.floor(np.abs(x) + 0.5), x),
+                    np.result_type(x))   # (copysign: -0. stays -0.)
   return python_scalar(away, x)
 
 
@@ -313,8 +347,13 @@ reduce_prod_p = Primitive("reduce_prod")
 # np.asarray: np.sum would call an array-like's own .sum(axis, out=...) method;
 # dtype: NumPy sums small ints as int64, lax keeps the operand's dtype.
 def _sum_impl(x, *, axes):
-  _check_kinds(reduce_sum_p, OperandType.of(x))
-  return np.sum(np.asarray(x), axes, dtype=np.result_type(x))
+  if type(x) not in NUMPY_TYPES or not _plain_kind(reduce_sum_p, x.dtype):
+    _check_kinds(reduce_sum_p, OperandType.of(x))
+  x = np.asarray(x)
+  if all(x.shape[a] == 1 for a in axes):   # one element: nothing to add up
+    return x.reshape([d for i, d in enumerate(x.shape) if i not in axes])
+  # From 0, as XLA's sum (so -0. + -0. is 0.)
+  return np.add.reduce(x, axes, dtype=x.dtype, initial=0)
 
 
 def _prod_impl(x, *, axes):
@@ -345,8 +384,8 @@ def _extremum_impl(np_fn, identity, zero_sign):
   def impl(x, *, axes):
     x = supported(np.asarray(x))
     # `initial`: an empty axis reduces to the identity, as in XLA.
-    out = np_fn(x, axes, initial=identity(x.dtype))
-    if x.dtype.kind == "f" and np.equal(out, 0).any():
+    out = np_fn.reduce(x, axes, initial=identity(x.dtype))
+    if x.dtype.kind == "f" and not out.all():   # (a zero: look closer)
       # Signed zeros as XLA's: the max of -0. and 0. is 0., the min -0.
       signed = np.any(np.equal(x, 0) & (np.signbit(x) == zero_sign), axes)
       out = np.where(np.equal(out, 0) & signed, -0. if zero_sign else 0.,
@@ -356,8 +395,8 @@ def _extremum_impl(np_fn, identity, zero_sign):
   return impl
 
 
-impl_rules[reduce_max_p] = _extremum_impl(np.max, lowest, False)
-impl_rules[reduce_min_p] = _extremum_impl(np.min, highest, True)
+impl_rules[reduce_max_p] = _extremum_impl(np.maximum, lowest, False)
+impl_rules[reduce_min_p] = _extremum_impl(np.minimum, highest, True)
 
 
 def _canonical_axes(axis, ndim) -> tuple:
@@ -398,16 +437,21 @@ impl_rules[argmin_p] = lambda x, *, axes, index_dtype: np.argmin(
 
 def argmax(x, axis: int, index_dtype=np.int64):
   """The index of the first largest element (or first NaN) along `axis`."""
-  return argmax_p.bind(x, axes=(canonicalize_axis(axis, np.ndim(x)),),
-                       index_dtype=_index_dtype(index_dtype))
+  axis = canonicalize_axis(axis, np.ndim(x))
+  return argmax_p.bind(x, axes=(axis,), index_dtype=_index_dtype(
+      index_dtype, x, axis))
 
 
 def argmin(x, axis: int, index_dtype=np.int64):
-  return argmin_p.bind(x, axes=(canonicalize_axis(axis, np.ndim(x)),),
-                       index_dtype=_index_dtype(index_dtype))
+  axis = canonicalize_axis(axis, np.ndim(x))
+  return argmin_p.bind(x, axes=(axis,), index_dtype=_index_dtype(
+      index_dtype, x, axis))
 
 
-def _index_dtype(dtype) -> np.dtype:
+def _index_dtype(dtype, x, axis) -> np.dtype:
+  if np.shape(x)[axis] == 0:
+    raise ValueError("argmax and argmin need a non-empty axis to reduce, "
+                     f"got shape {np.shape(x)} and axis {axis}")
   dtype = np.dtype(dtype)
   if dtype.kind not in "iu":
     raise TypeError(f"index_dtype must be an integer type, got {dtype.name}")
@@ -416,9 +460,11 @@ def _index_dtype(dtype) -> np.dtype:
 
 def _cumsum_impl(x, *, axis, reverse):
   x = np.asarray(x)
-  if reverse:
-    return np.flip(np.cumsum(np.flip(x, axis), axis, dtype=x.dtype), axis)
-  return np.cumsum(x, axis, dtype=x.dtype)
+  if x.shape[axis] < 2:
+    return x
+  flip = (lambda v: np.flip(v, axis)) if reverse else (lambda v: v)
+  # Each sum starts from 0, as XLA's window does (so -0. sums to 0.).
+  return flip(np.cumsum(flip(x), axis, dtype=x.dtype) + x.dtype.type(0))
 
 
 impl_rules[cumsum_p] = typed_impl(cumsum_p, _cumsum_impl)
@@ -439,16 +485,23 @@ convert_element_type_p = Primitive("convert_element_type")
 
 def _broadcast_impl(x, *, shape, axes):
   # Size-1 axes where the new ones go (one reshape, cheaper than an
-  # expand_dims per axis), then a read-only broadcast view.
-  expanded = tuple(1 if i in axes else d for i, d in enumerate(shape))
-  return np.broadcast_to(np.reshape(supported(x), expanded), shape)
+  # expand_dims per axis), then a read-only broadcast view, or for a small
+  # result a copy (quicker than np.broadcast_to's own checks).
+  x = supported(np.asarray(x))
+  if axes != tuple(range(len(axes))):   # (new leading axes need no reshape)
+    x = np.reshape(x, tuple(1 if i in axes else d for i, d in enumerate(shape)))
+  if math.prod(shape) > 1024:
+    return np.broadcast_to(x, shape)
+  out = np.empty(shape, x.dtype)
+  out[...] = x
+  return out
 
 
 impl_rules[broadcast_p] = _broadcast_impl
 impl_rules[transpose_p] = lambda x, *, permutation: python_scalar(
-    np.transpose(supported(x), permutation), x)
+    np.transpose(supported(np.asarray(x)), permutation), x)
 impl_rules[reshape_p] = lambda x, *, new_sizes: python_scalar(
-    np.reshape(supported(x), new_sizes), x)
+    np.reshape(supported(np.asarray(x)), new_sizes), x)
 
 
 def _convert_element_type_impl(x, *, new_dtype, weak_type):
@@ -468,6 +521,9 @@ def convert_values(x, dtype) -> np.ndarray:
     return x.astype(dtype)
   x = x.real
   info = np.iinfo(dtype)
+  if (np.abs(x) < -float(info.min)).all() if info.min else (
+      (x > -1) & (x <= info.max)).all():
+    return x.astype(dtype)   # (every value in range: no NaN to map, no clip)
   with np.errstate(invalid="ignore"):
     out = np.where(np.isnan(x), 0, x).astype(dtype)   # wrong where too big:
   return np.where(x >= info.max, info.max,
@@ -490,6 +546,8 @@ def broadcast(x, shape, axes=None):
     raise ShapeError(f"broadcast: can't broadcast shape {np.shape(x)} to "
                      f"{shape} by inserting axes {axes}: the other dimensions "
                      f"would be {kept}.")
+  if not axes:   # nothing to insert: no equation (nor a no-op in a jaxpr)
+    return supported(x)
   return broadcast_p.bind(x, shape=shape, axes=axes)
 
 
@@ -512,6 +570,8 @@ def transpose(x, permutation):
   if sorted(permutation) != list(range(np.ndim(x))):
     raise ValueError(f"transpose: {permutation} is not a permutation of the "
                      f"{np.ndim(x)} axes of an array of shape {np.shape(x)}")
+  if permutation == tuple(range(len(permutation))):   # (no no-op equation)
+    return supported(x)
   return transpose_p.bind(x, permutation=permutation)
 
 
@@ -520,6 +580,8 @@ def reshape(x, new_sizes):
   if math.prod(new_sizes) != math.prod(np.shape(x)):   # math.prod: fast on ints
     raise ShapeError(f"reshape: can't reshape {np.shape(x)} to {new_sizes}: "
                      "the number of elements differs")
+  if new_sizes == np.shape(x):   # (no no-op equation)
+    return supported(x)
   return reshape_p.bind(x, new_sizes=new_sizes)
 
 
@@ -621,7 +683,8 @@ def slice(x, start_indices, limit_indices, strides=None):  # noqa: A001
   return slice_p.bind(x, start_indices=start, limit_indices=limit, strides=strides)
 
 
-impl_rules[rev_p] = lambda x, *, dimensions: np.flip(supported(x), dimensions)
+impl_rules[rev_p] = lambda x, *, dimensions: np.flip(
+    supported(np.asarray(x)), dimensions)
 
 
 def rev(x, dimensions):
@@ -713,6 +776,11 @@ def binary_dtype(name, x, y):
 def _check_kinds(prim, *avals):
   kinds = operand_kinds.get(prim)
   if not kinds:
+    return
+  for a in avals:   # (the common case: every operand is of a kind it takes)
+    if a.dtype.kind not in kinds:
+      break
+  else:
     return
   # A weak Python scalar takes a strong operand's dtype; two weak ones join.
   dts = [a.dtype for a in avals if not a.weak_type] or [

@@ -441,8 +441,8 @@ def _cumsum_lowering(ctx, x, *, axis, reverse):
   elements up to its own (padding with zeros on the side it comes from)."""
   (aval,), (out,) = ctx.avals_in, ctx.avals_out
   n, rank = aval.shape[axis], aval.ndim
-  if aval.size == 0:   # nothing to sum (and XLA wants windows of size > 0)
-    return x
+  if n < 2 or aval.size == 0:   # nothing to sum (and XLA wants windows of
+    return x                     # size > 0)
   scalar = mlir_type(ShapedArray((), aval.dtype))
   zero = ctx.constant(0, aval.dtype)
   window = [n if i == axis else 1 for i in range(rank)]

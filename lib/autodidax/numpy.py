@@ -9,6 +9,7 @@ A jax.numpy function that is not here raises an error saying so.
 from __future__ import annotations
 
 import builtins
+import math
 
 import numpy as _np
 
@@ -26,6 +27,14 @@ shape, ndim, size = _np.shape, _np.ndim, _np.size
 promote_types = dtypes.promote_types
 
 _PY_SCALARS = (bool, int, float)
+_WEAK = (int, float)   # the Python scalars that are weakly typed
+_FLOATS = frozenset(map(_np.dtype, (float16, float32, float64)))
+
+
+def _plain_float(x) -> bool:
+  """Whether `x` is a NumPy float array (or scalar): the eager common case,
+  which the fast paths below take as it is."""
+  return type(x) in lax.NUMPY_TYPES and x.dtype in _FLOATS
 _PY_TYPE = {"b": bool, "i": int, "u": int, "f": float, "c": complex}
 
 
@@ -125,9 +134,27 @@ def _binary(op, bool_op=None):
   """A NumPy-style binary function from a lax one: promote, then broadcast.
   `bool_op` replaces `op` on bools (add is `or` there, multiply `and`)."""
   def fn(x, y):
-    # Fast paths (the common cases while tracing): two tracers of one type, or
-    # a strong float tracer and a Python float. Same result as the general path.
-    if isinstance(x, Tracer):
+    # Fast paths (the common cases, eagerly and while tracing): two arrays or
+    # tracers of one type, or a strong float one and a Python float. Same
+    # result as the general path below.
+    if type(x) in lax.NUMPY_TYPES:
+      if type(y) in lax.NUMPY_TYPES:
+        if x.dtype == y.dtype and x.dtype.kind != "b":
+          if x.shape == y.shape or not x.shape or not y.shape:
+            return op(x, y)   # (lax lets a scalar stand for all elements)
+          if x.shape[-y.ndim:] == y.shape:   # (y is a row: a bias, say)
+            return op(x, lax.broadcast_p.bind(
+                y, shape=x.shape, axes=tuple(range(x.ndim - y.ndim))))
+          if y.shape[-x.ndim:] == x.shape:
+            return op(lax.broadcast_p.bind(
+                x, shape=y.shape, axes=tuple(range(y.ndim - x.ndim))), y)
+      elif type(y) is float and x.dtype in _FLOATS:
+        return op(x, y)   # (lax lets the Python float take x's dtype)
+    elif type(x) in _WEAK and type(y) in _WEAK:   # two Python scalars
+      return op(x, y) if type(x) is type(y) else op(float(x), float(y))
+    elif type(x) is float and type(y) in lax.NUMPY_TYPES and y.dtype in _FLOATS:
+      return op(x, y)
+    elif isinstance(x, Tracer):
       ax = x.aval
       if isinstance(y, Tracer):
         ay = y.aval
@@ -169,6 +196,9 @@ _divide, _rem = _binary(lax.div), _binary(lax.rem)
 
 def divide(x, y):
   """True division: integers and bools are divided as floats (int32 as float32)."""
+  if _plain_float(x) and (_plain_float(y) and x.dtype == y.dtype
+                          or type(y) is float):
+    return _divide(x, y)   # (a fast path: floats divide as they are)
   x0, y0 = x, y
   return _weak(_divide(*_promote_inexact(x, y)), x0, y0)
 
@@ -195,9 +225,11 @@ def floor_divide(x, y):
 
 
 def _float_divmod(x, y):
-  """(x // y, x % y) for floats, from the truncated remainder."""
+  """(x // y, x % y) for floats, from the truncated remainder (as JAX)."""
+  shape = _np.broadcast_shapes(_np.shape(x), _np.shape(y))
+  x, y = broadcast_to(x, shape), broadcast_to(y, shape)
   mod = lax.rem(x, y)
-  div = lax.div(lax.sub(x, mod), y)
+  div = lax.div(lax.select_n(lax.eq(y, 0.), lax.sub(x, mod), x), y)
   fix = lax.bitwise_and(lax.ne(mod, 0.), lax.ne(lax.sign(y), lax.sign(mod)))
   mod = lax.select_n(fix, mod, lax.add(mod, y))
   div = lax.select_n(fix, div, lax.sub(div, 1.))
@@ -261,6 +293,8 @@ bitwise_not = invert
 def _unary(op):
   """A float function (sin, sqrt, ...): integers and bools become floats first."""
   def fn(x):
+    if type(x) is float or type(x) in lax.NUMPY_TYPES and x.dtype in _FLOATS:
+      return op(x)   # (a fast path: a float needs no conversion)
     (x1,) = _promote_inexact(x)
     return _weak(op(x1), x)
   fn.__name__ = op.__name__
@@ -315,6 +349,12 @@ def where(condition, x=None, y=None):
   if x is None or y is None:
     raise TypeError("where(condition) with one argument is not in autodidax (its "
                     "output shape depends on the data); pass x and y")
+  if (type(condition) is _np.ndarray and condition.dtype == _np.bool_
+      and _plain_float(x) and condition.shape == x.shape and (
+          type(y) is float or _plain_float(y) and y.dtype == x.dtype
+          and y.shape == x.shape)):   # (a fast path: the common eager case)
+    y = _np.full(x.shape, y, x.dtype) if type(y) is float else y
+    return lax.select_n(condition, y, x)
   x0, y0 = x, y
   c, x, y = astype(condition, bool), *_promote(x, y)
   shape = _np.broadcast_shapes(_np.shape(c), _np.shape(x), _np.shape(y))
@@ -394,6 +434,8 @@ def _reduction(reduce, x, axis, keepdims, dtype):
 
 def sum(x, axis=None, keepdims=False, dtype=None):  # noqa: A001
   """Sum over `axis`; bools and small integers are summed as 64-bit, as JAX."""
+  if _plain_float(x) and not keepdims and dtype is None:
+    return lax.reduce_sum(x, axis)   # (a fast path: floats sum as they are)
   return _reduction(lax.reduce_sum, x, axis, keepdims,
                     dtype or dtypes.sum_dtype(result_type(x)))
 
@@ -412,6 +454,8 @@ def max(x, axis=None, keepdims=False, initial=None):  # noqa: A001
   """The largest element along `axis`, not below `initial` if given (an
   empty axis then gives `initial`)."""
   if initial is None:
+    if _plain_float(x) and x.size and not keepdims:
+      return lax.reduce_max(x, axis)   # (a fast path)
     _no_empty("max", x, axis)
     return _reduction(lax.reduce_max, x, axis, keepdims, None)
   out = _reduction(lax.reduce_max, x, axis, keepdims, None)
@@ -420,6 +464,8 @@ def max(x, axis=None, keepdims=False, initial=None):  # noqa: A001
 
 def min(x, axis=None, keepdims=False, initial=None):  # noqa: A001
   if initial is None:
+    if _plain_float(x) and x.size and not keepdims:
+      return lax.reduce_min(x, axis)   # (a fast path)
     _no_empty("min", x, axis)
     return _reduction(lax.reduce_min, x, axis, keepdims, None)
   out = _reduction(lax.reduce_min, x, axis, keepdims, None)
@@ -432,14 +478,17 @@ amax, amin = max, min
 def mean(x, axis=None, keepdims=False):
   """The mean, in a float dtype (int32 and bool give float32, as JAX)."""
   axes = _axes(x, axis)
-  count = int(_np.prod([_np.shape(x)[a] for a in axes], dtype=int))
+  count = math.prod(_np.shape(x)[a] for a in axes)
+  if _plain_float(x) and not keepdims:   # (a fast path)
+    total = lax.reduce_sum_p.bind(x, axes=tuple(sorted(axes)))
+    return lax.div(total, x.dtype.type(count))
   total = _reduction(lax.reduce_sum, x, axis, keepdims, dtypes.to_inexact(result_type(x)))
   return divide(total, float(count))
 
 
 def _arg_reduce(lax_fn, x, axis, keepdims):
   if axis is None:
-    x, axis = reshape(x, -1), 0
+    x, axis = (x if _np.ndim(x) == 1 else reshape(x, -1)), 0
   axis = canonicalize_axis(axis, _np.ndim(x))
   if _np.shape(x)[axis] == 0:
     raise ValueError("attempt to get argmax/argmin of an empty sequence")
@@ -566,7 +615,7 @@ def transpose(x, axes=None):
 def reshape(x, newshape):
   newshape = (newshape,) if isinstance(newshape, int) else tuple(newshape)
   if -1 in newshape:   # infer the one missing size
-    known = int(_np.prod([d for d in newshape if d != -1], dtype=int))
+    known = math.prod(d for d in newshape if d != -1)
     newshape = tuple(_np.size(x) // builtins.max(known, 1) if d == -1 else d
                      for d in newshape)
   return lax.reshape(x, newshape)
@@ -635,6 +684,8 @@ def _getitem(x, idx):
     if not (i is None or i is Ellipsis or isinstance(i, builtins.slice)
             or type(i) is int or isinstance(i, _np.integer) or _is_int_scalar(i)):
       raise TypeError(_unsupported_index(i))
+  # (a 0-d integer array is a known index, as a Python int is)
+  idx = tuple(int(i) if type(i) is _np.ndarray else i for i in idx)
   if builtins.sum(i is Ellipsis for i in idx) > 1:
     raise IndexError("an index can only have a single ellipsis ('...')")
   used = builtins.sum(i is not None and i is not Ellipsis for i in idx)
@@ -698,6 +749,8 @@ def _unsupported_index(i) -> str:
 
 
 def _is_int_scalar(i) -> bool:
+  if type(i) is _np.ndarray:
+    return i.shape == () and i.dtype.kind in "iu"
   aval = getattr(i, "aval", None)
   return aval is not None and aval.shape == () and aval.dtype.kind in "iu"
 

@@ -56,7 +56,21 @@ def _select_n_abstract_eval(which, *cases):
   return ShapedArray(c0.shape, c0.dtype, all(c.weak_type for c in cases))
 
 
-impl_rules[select_n_p] = lax.typed_impl(select_n_p, _select_n_impl)
+_typed_select_n_impl = lax.typed_impl(select_n_p, _select_n_impl)
+
+
+def _select_n_eager(which, *cases):
+  """The impl, with a fast path for the common eager case (a bool mask and
+  two NumPy arrays of one type, which need no type check)."""
+  if (len(cases) == 2 and type(which) is np.ndarray and which.dtype == np.bool_
+      and type(cases[0]) in lax.NUMPY_TYPES and type(cases[1]) in lax.NUMPY_TYPES
+      and cases[0].dtype == cases[1].dtype and cases[0].shape == cases[1].shape
+      and which.shape in ((), cases[0].shape)):
+    return np.where(which, cases[1], cases[0])
+  return _typed_select_n_impl(which, *cases)
+
+
+impl_rules[select_n_p] = _select_n_eager
 abstract_eval_rules[select_n_p] = _select_n_abstract_eval
 
 
@@ -152,13 +166,22 @@ abstract_eval_rules[clamp_p] = _clamp_abstract_eval
 def _clamp_jvp(primals, tangents):
   lo, x, hi = primals
   out = clamp(lo, x, hi)
-  x_dot = tangents[1]
-  if type(x_dot) is Zero or np.result_type(get_aval(x).dtype).kind not in "fc":
+  if np.result_type(get_aval(x).dtype).kind not in "fc":
     return out, Zero.from_value(out)
-  # Strictly inside: at a bound the slope is 0, as in JAX.
-  inside = lax.bitwise_and(lax.greater(x, lo), lax.less(x, hi))
-  zeros = np.zeros(np.shape(out), get_aval(out).dtype)
-  return out, select_n(inside, zeros, x_dot)
+  # Whose tangent each element takes, as JAX's rule: x's strictly inside (at
+  # a bound the slope is 0), lo's where lo > x (and lo < hi), hi's where x > hi.
+  picks = (lax.bitwise_and(lax.greater(lo, x), lax.less(lo, hi)),
+           lax.bitwise_and(lax.greater(x, lo), lax.less(x, hi)),
+           lax.less(hi, x))
+  shape = np.shape(out)
+  full = lambda v: v if np.shape(v) == shape else lax.broadcast(
+      v, shape, range(len(shape)))   # (a scalar bound)
+  zeros = np.zeros(shape, get_aval(out).dtype)
+  t = Zero.from_value(out)
+  for pick, t_dot in zip(picks, tangents):
+    if type(t_dot) is not Zero:
+      t = ad.add_tangents(t, select_n(full(pick), zeros, full(t_dot)))
+  return out, t
 
 
 def _clamp_vmap(axis_size, vals_in, dims_in):
