@@ -169,7 +169,8 @@ jvp_rules[mul_p] = partials_jvp(mul_p, lambda x_dot, x, y: lax.mul(x_dot, y),
                                        lambda y_dot, x, y: lax.mul(x, y_dot))
 jvp_rules[div_p] = partials_jvp(
     div_p, lambda x_dot, x, y: lax.div(x_dot, y),
-    lambda y_dot, x, y: lax.mul(lax.mul(lax.neg(y_dot), x), lax.integer_pow(y, -2)))
+    lambda y_dot, x, y: lax.mul(lax.mul(lax.neg(y_dot), x),
+                                lax.integer_pow(y, -2)))
 jvp_rules[neg_p] = linear_jvp(neg_p)
 jvp_rules[sin_p] = partials_jvp(sin_p, lambda x_dot, x: lax.mul(x_dot, lax.cos(x)))
 jvp_rules[cos_p] = partials_jvp(cos_p, lambda x_dot, x: lax.neg(lax.mul(x_dot, lax.sin(x))))

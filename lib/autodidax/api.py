@@ -380,7 +380,7 @@ def vjp(fun, *primals, has_aux=False):
     fun_main = fun
   flat_fun, out_tree = flatten_fun(fun_main, in_tree)
   if has_aux:   # traced aux leaves leave as extra outputs, to come out
-    flat_main = flat_fun   # concrete; the others (a str, a constant) as they are
+    flat_main = flat_fun   # concrete; others (a str, a constant) as they are
     flat_fun = lambda *args: [*flat_main(*args), *(
         x for x in aux_store[-1][0] if isinstance(x, Tracer))]
   primals_out, f_vjp_flat = vjp_flat(flat_fun, primals_flat)

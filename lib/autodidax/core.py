@@ -173,8 +173,8 @@ class ConcreteArray(ShapedArray):
     # A Python int or float is weakly typed; a bool never is, as in JAX.
     weak = (type(val) is int or type(val) is float
             or getattr(val, "weak_type", False))
-    self.shape, self.dtype, self.weak_type = (np.shape(val),
-                                              dtypes.check(np.result_type(val)), weak)
+    self.shape, self.weak_type = np.shape(val), weak
+    self.dtype = dtypes.check(np.result_type(val))
     self.val = val
 
   def _bool(self, tracer):

@@ -178,7 +178,8 @@ def _rem(x, y):
   if np.result_type(x, y).kind not in "iu":
     return np.fmod(x, y)
   with np.errstate(all="ignore"):
-    return np.where(np.equal(y, 0), x, np.fmod(x, y)).astype(np.result_type(x, y))
+    return np.where(np.equal(y, 0), x,
+                    np.fmod(x, y)).astype(np.result_type(x, y))
 
 
 def _max(x, y):
@@ -660,8 +661,8 @@ def pad(x, padding_value, padding_config):
                      f"{np.shape(padding_value)}")
   config = tuple((int(lo), int(hi), int(mid)) for lo, hi, mid in padding_config)
   if len(config) != np.ndim(x) or any(mid < 0 for _, _, mid in config):
-    raise ValueError(f"pad: padding_config {padding_config} needs one (low, high, "
-                     f"interior>=0) per axis of {np.shape(x)}")
+    raise ValueError(f"pad: padding_config {padding_config} needs one "
+                     f"(low, high, interior>=0) per axis of {np.shape(x)}")
   return pad_p.bind(x, padding_value, padding_config=config)
 
 
@@ -790,8 +791,9 @@ def _check_kinds(prim, *avals):
       accepted = {_NUMBERS: "numbers (ints or floats)", _FLOATS: "floating-point",
                   _INTEGRAL: "bool or integer",
                   _SIGNED: "signed integer or floating-point"}[kinds]
-      raise TypeError(f"{prim.name} does not accept dtype {dtype.name}: it takes "
-                      f"{accepted} operands. Convert with lax.convert_element_type.")
+      raise TypeError(f"{prim.name} does not accept dtype {dtype.name}: it "
+                      f"takes {accepted} operands. Convert with "
+                      "lax.convert_element_type.")
 
 
 def _binary_abstract_eval(prim, comparison: bool):

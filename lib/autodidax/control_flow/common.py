@@ -62,8 +62,9 @@ _typed_select_n_impl = lax.typed_impl(select_n_p, _select_n_impl)
 def _select_n_eager(which, *cases):
   """The impl, with a fast path for the common eager case (a bool mask and
   two NumPy arrays of one type, which need no type check)."""
+  plain = lambda c: type(c) in lax.NUMPY_TYPES
   if (len(cases) == 2 and type(which) is np.ndarray and which.dtype == np.bool_
-      and type(cases[0]) in lax.NUMPY_TYPES and type(cases[1]) in lax.NUMPY_TYPES
+      and plain(cases[0]) and plain(cases[1])
       and cases[0].dtype == cases[1].dtype and cases[0].shape == cases[1].shape
       and which.shape in ((), cases[0].shape)):
     return np.where(which, cases[1], cases[0])
@@ -144,8 +145,9 @@ def clamp(lo, x, hi):
   return clamp_p.bind(lo, x, hi)
 
 
-impl_rules[clamp_p] = lax.typed_impl(clamp_p, lambda lo, x, hi: lax.python_scalar(
-    np.asarray(np.clip(x, lo, hi), np.result_type(x)), lo, x, hi))
+impl_rules[clamp_p] = lax.typed_impl(
+    clamp_p, lambda lo, x, hi: lax.python_scalar(
+        np.asarray(np.clip(x, lo, hi), np.result_type(x)), lo, x, hi))
 
 
 def _clamp_abstract_eval(lo, x, hi):
@@ -157,7 +159,8 @@ def _clamp_abstract_eval(lo, x, hi):
     if b.dtype != x.dtype and lax.binary_dtype("clamp", x, b)[0] != x.dtype:
       raise TypeError(f"clamp: bound {b.str_short()} and operand {x.str_short()} have "
                       "different dtypes")
-  return ShapedArray(x.shape, x.dtype, lo.weak_type and x.weak_type and hi.weak_type)
+  return ShapedArray(x.shape, x.dtype,
+                     lo.weak_type and x.weak_type and hi.weak_type)
 
 
 abstract_eval_rules[clamp_p] = _clamp_abstract_eval

@@ -384,7 +384,8 @@ def scan(f, init, xs, length=None, reverse=False):
   _check_carry("scan", "f", init_tree, c_tree, init_avals, j.out_avals[:nc], strict=True)
   outs = scan_p.bind(*consts, *init_flat, *xs_flat, jaxpr=as_closed(j), num_consts=len(consts),
                      num_carry=nc, length=length, reverse=bool(reverse))
-  carry, ys = tree_unflatten(c_tree, outs[:nc]), tree_unflatten(y_tree, outs[nc:])
+  carry = tree_unflatten(c_tree, outs[:nc])
+  ys = tree_unflatten(y_tree, outs[nc:])
   kind = pair[-1]
   if kind is tuple:
     return carry, ys
