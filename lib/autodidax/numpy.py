@@ -715,9 +715,8 @@ def _getitem(x, idx):
       i = int(i)
       if not -d <= i < d:   # (Part 2 says why we differ from JAX here)
         raise IndexError(
-            f"index {i} is out of bounds for axis {axis} with size {d}. JAX "
-            "would clamp it into range; autodidax raises, as NumPy does "
-            "(a traced index is clamped, as in JAX)")
+            f"index {i} is out of bounds for axis {axis} with size {d} (JAX "
+            "would clamp it; autodidax raises, as NumPy does)")
       i %= d
       start.append(i); limit.append(i + 1); strides.append(1)
     axis += 1
