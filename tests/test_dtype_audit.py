@@ -16,11 +16,17 @@ How the expectations are set, and why:
   bits or fewer, Python scalars); a 64-bit input would be narrowed on entry,
   and the question would change (float32 + float64 is an error in lax with
   x64 on, but not once the float64 is a float32).
-- The oracle is JAX under jit, all cases of a mode in one jitted function (a
-  try/except per case at trace time keeps one case's error from the others):
-  two XLA compiles instead of thousands. JAX's eager mode compiles each
-  primitive and runs it the same way, so it gives the same values and types;
-  `test_jax_eager_agrees_with_jax_jit` checks that on a sample.
+- Each case runs twice in each library, all cases in one jitted program (a
+  try/except per case at trace time keeps one case's error from the
+  others): with its inputs as arguments, traced, for the types and errors
+  (a Python scalar argument is a weak tracer); and with its inputs closed
+  over, for the values, which XLA folds into constants while compiling (a
+  few seconds, where compiling code for every case takes minutes). The
+  closed-over run sees Python scalars as eager code does, so it is also
+  the oracle for our eager results (`test_jax_eager_agrees_with_jax_jit`
+  checks JAX eagerly against it on a sample; FOLDING_DIFFERS lists the case
+  where folding and JAX's compiled code disagree). Signed zeros, NaN and
+  infinities are test_edge_cases' business, with JAX's run-time results.
 - Two differences are deliberate, and Part 2 says why. autodidax.lax lets a
   Python scalar adopt the other operand's dtype, where jax.lax asks for a
   cast: the expected result is jax.lax's on the scalar cast first (and a
@@ -28,7 +34,8 @@ How the expectations are set, and why:
   Eagerly, autodidax's values are NumPy arrays and Python scalars, and only
   a Python scalar is weakly typed: an eager result can be weak only where
   JAX's is a 0-d int or float of a Python scalar's dtype (under jit, every
-  weak type must match).
+  weak type must match); so `asarray(2.)` is a strong NumPy array.
+  (Where JAX itself crashes, see _CRASH; jnp.dot's scalar case, see np.dot.)
 - bfloat16: NumPy has no bfloat16, so autodidax leaves it out; every
   function raises a TypeError that says so (test_bfloat16_is_refused).
 """
