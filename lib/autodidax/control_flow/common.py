@@ -66,7 +66,8 @@ def _select_n_eager(which, *cases):
   if (len(cases) == 2 and type(which) is np.ndarray and which.dtype == np.bool_
       and plain(cases[0]) and plain(cases[1])
       and cases[0].dtype == cases[1].dtype and cases[0].shape == cases[1].shape
-      and which.shape in ((), cases[0].shape)):
+      and which.shape in ((), cases[0].shape)
+      and cases[0].dtype in dtypes.SUPPORTED):
     return np.where(which, cases[1], cases[0])
   return _typed_select_n_impl(which, *cases)
 
