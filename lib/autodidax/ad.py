@@ -169,12 +169,24 @@ jvp_rules[mul_p] = partials_jvp(mul_p, lambda x_dot, x, y: lax.mul(x_dot, y),
                                        lambda y_dot, x, y: lax.mul(x, y_dot))
 jvp_rules[div_p] = partials_jvp(
     div_p, lambda x_dot, x, y: lax.div(x_dot, y),
-    lambda y_dot, x, y: lax.neg(lax.div(lax.mul(y_dot, x), lax.mul(y, y))))
+    lambda y_dot, x, y: lax.mul(lax.mul(lax.neg(y_dot), x),
+                                lax.integer_pow(y, -2)))
 jvp_rules[neg_p] = linear_jvp(neg_p)
 jvp_rules[sin_p] = partials_jvp(sin_p, lambda x_dot, x: lax.mul(x_dot, lax.cos(x)))
 jvp_rules[cos_p] = partials_jvp(cos_p, lambda x_dot, x: lax.neg(lax.mul(x_dot, lax.sin(x))))
-jvp_rules[exp_p] = partials_jvp(exp_p, lambda x_dot, x: lax.mul(x_dot, lax.exp(x)))
 jvp_rules[log_p] = partials_jvp(log_p, lambda x_dot, x: lax.div(x_dot, x))
+
+
+def _exp_jvp(primals, tangents):
+  """exp' = exp: the output is its own slope, so exp runs once (as JAX's)."""
+  (x,), (x_dot,) = primals, tangents
+  y = lax.exp(x)
+  if type(x_dot) is Zero:
+    return y, Zero.from_value(y)
+  return y, lax.mul(x_dot, y)
+
+
+jvp_rules[exp_p] = _exp_jvp
 
 
 def _tanh_jvp(primals, tangents):
@@ -199,18 +211,18 @@ def _where_mask(cond, like):
 def _max_jvp(primals, tangents):
   (x, y), (x_dot, y_dot) = primals, tangents
   out = lax.max(x, y)
-  return out, _pick_tangent(out, lax.greater(x, y), lax.less(x, y), x_dot, y_dot)
+  return out, _pick_tangent(out, x, y, x_dot, y_dot)
 
 
-def _pick_tangent(out, x_wins, y_wins, x_dot, y_dot):
-  """The tangent of max or min: the winner's, and half of each where x == y (as JAX)."""
-  xw, yw = _where_mask(x_wins, out), _where_mask(y_wins, out)
-  half_eq = lax.mul(0.5, lax.sub(lax.sub(1., xw), yw))
+def _pick_tangent(out, x, y, x_dot, y_dot):
+  """The tangent of max or min: the operand's that equals the result, half of
+  each where both do, none where neither does (NaN), as JAX's."""
   t = Zero.from_value(out)
-  if type(x_dot) is not Zero:
-    t = add_tangents(t, lax.mul(_scalar_broadcast(x_dot, out), lax.add(xw, half_eq)))
-  if type(y_dot) is not Zero:
-    t = add_tangents(t, lax.mul(_scalar_broadcast(y_dot, out), lax.add(yw, half_eq)))
+  for a, b, a_dot in ((x, y, x_dot), (y, x, y_dot)):
+    if type(a_dot) is not Zero:
+      share = lax.div(_where_mask(lax.eq(a, out), out),
+                      lax.add(_where_mask(lax.eq(b, out), out), 1.))
+      t = add_tangents(t, lax.mul(_scalar_broadcast(a_dot, out), share))
   return t
 
 
@@ -222,12 +234,15 @@ def _reduce_max_jvp(primals, tangents, *, axes):
   # The tangent flows through the maximal elements, split evenly among ties.
   (x,), (x_dot,) = primals, tangents
   out = lax.reduce_max(x, axes)
-  kept = [d for i, d in enumerate(np.shape(x)) if i not in axes]
-  assert tuple(kept) == np.shape(out)
-  out_b = lax.broadcast(out, np.shape(x), axes)
-  is_max = _where_mask(lax.greater_equal(x, out_b), x)
-  counts = lax.broadcast(lax.reduce_sum(is_max, axes), np.shape(x), axes)
-  return out, lax.reduce_sum(lax.div(lax.mul(x_dot, is_max), counts), axes)
+  return out, _chosen_tangent(x, x_dot, out, axes)
+
+
+def _chosen_tangent(x, x_dot, out, axes):
+  """The mean tangent of the elements equal to `out` (as JAX's: 0/0 = NaN
+  where none is, an empty axis or a NaN)."""
+  is_out = _where_mask(lax.eq(x, lax.broadcast(out, np.shape(x), axes)), x)
+  return lax.div(lax.reduce_sum(lax.mul(x_dot, is_out), axes),
+                 lax.reduce_sum(is_out, axes))
 
 
 jvp_rules[reduce_max_p] = _reduce_max_jvp
@@ -440,21 +455,27 @@ def _full(x, like):
 def _min_jvp(primals, tangents):
   (x, y), (x_dot, y_dot) = primals, tangents
   out = lax.min(x, y)
-  return out, _pick_tangent(out, lax.less(x, y), lax.greater(x, y), x_dot, y_dot)
+  return out, _pick_tangent(out, x, y, x_dot, y_dot)
 
 
 jvp_rules[lax.min_p] = _min_jvp
 
 
 def _pow_jvp(primals, tangents):
-  # d(x^y)/dx = y x^(y-1), taken as 0 where y == 0 (so 0^0 has slope 0);
+  # d(x^y)/dx = y x^(y-1), taken as 0 where an integer y is 0;
   # d(x^y)/dy = log(x) x^y, taken as 0 where x == 0. As in JAX.
   (x, y), (x_dot, y_dot) = primals, tangents
   out = lax.pow(x, y)
+  int_y = lax.integer_exponent(get_aval(x), get_aval(y))   # (y_dot is zero)
+  if int_y:
+    y = lax.convert_element_type(y, get_aval(x).dtype)
   t = Zero.from_value(out)
   if type(x_dot) is not Zero:
-    y_minus_1 = lax.add(lax.sub(y, 1.), _mask(lax.eq(y, 0.), y))
-    t = add_tangents(t, lax.mul(_full(x_dot, out), _full(lax.mul(y, lax.pow(x, y_minus_1)), out)))
+    slope = lax.mul(y, lax.pow(x, lax.sub(y, 1.)))
+    if int_y:
+      zeros = np.zeros(np.shape(slope), get_aval(slope).dtype)
+      slope = lax.select_n(lax.eq(y, 0.), slope, zeros)
+    t = add_tangents(t, lax.mul(_full(x_dot, out), _full(slope, out)))
   if type(y_dot) is not Zero:
     log_x = lax.log(lax.add(x, _mask(lax.eq(x, 0.), x)))
     t = add_tangents(t, lax.mul(_full(y_dot, out), lax.mul(log_x, out)))
@@ -502,9 +523,7 @@ for _p in (lax.sign_p, lax.floor_p, lax.round_p, lax.stop_gradient_p, lax.and_p,
 def _reduce_min_jvp(primals, tangents, *, axes):
   (x,), (x_dot,) = primals, tangents
   out = lax.reduce_min(x, axes)
-  is_min = _mask(lax.less_equal(x, lax.broadcast(out, np.shape(x), axes)), x)
-  counts = lax.broadcast(lax.reduce_sum(is_min, axes), np.shape(x), axes)
-  return out, lax.reduce_sum(lax.div(lax.mul(x_dot, is_min), counts), axes)
+  return out, _chosen_tangent(x, x_dot, out, axes)
 
 
 jvp_rules[lax.reduce_min_p] = _reduce_min_jvp

@@ -23,6 +23,11 @@ class TransformationError(ValueError):
   """A transformation was called with arguments it can't use."""
 
 
+class OutputTypeError(TransformationError, TypeError):
+  """A function's output has a type the transformation can't use (grad of a
+  vector or of an int): a TypeError, as JAX raises."""
+
+
 def _check_arrays(what: str, leaves):
   for x in leaves:
     get_aval(x)   # raises UnsupportedTypeError with advice
@@ -55,6 +60,12 @@ def _tangent_for(primal, tangent):
     raise TransformationError(
         f"jvp: each tangent must have its primal's shape; got primal "
         f"{p.str_short()} with tangent {t.str_short()}.")
+  if p.dtype.kind not in "fc" and t.dtype != p.dtype:
+    raise TypeError(
+        f"jvp: primal {p.str_short()} is not a float, so it has no tangent "
+        f"space, but its tangent is {t.str_short()}. JAX asks for a float0 "
+        "tangent here, a dtype autodidax leaves out: pass zeros of the "
+        "primal's dtype, or keep the argument out of jvp (close over it).")
   if type(tangent) in (bool, int, float):
     if np.issubdtype(p.dtype, np.inexact) and t.dtype != p.dtype:
       return p.dtype.type(tangent)   # a Python scalar takes the primal's dtype
@@ -167,6 +178,7 @@ def jacfwd(fun, argnums=0):
     f, x = _partial_argnums(fun, args, argnums, kwargs)
     x_flat, x_tree = tree_flatten(x)
     _check_arrays("jacfwd", x_flat)
+    _check_real("jacfwd", x_flat)
 
     def pushfwd(j, direction):   # the outputs' tangent along a direction of leaf j
       tangents = [np.zeros(np.shape(xk), _tangent_dtype(xk)) for xk in x_flat]
@@ -191,6 +203,17 @@ def _partial_argnums(fun, args, argnums, kwargs):
       full[i] = v
     return fun(*full, **kwargs)
   return f, (args[argnums] if isinstance(argnums, int) else tuple(args[i] for i in nums))
+
+
+def _check_real(what, leaves):
+  """Jacobians need float inputs, as in JAX (an int has no tangent space)."""
+  for x in leaves:
+    dtype = get_aval(x).dtype
+    if dtype.kind != "f":
+      raise TypeError(
+          f"{what} requires real-valued (float) inputs, but an input has "
+          f"dtype {dtype.name}. Convert it to a float, or leave it out of "
+          "argnums.")
 
 
 def _tangent_dtype(x):
@@ -356,9 +379,10 @@ def vjp(fun, *primals, has_aux=False):
   else:
     fun_main = fun
   flat_fun, out_tree = flatten_fun(fun_main, in_tree)
-  if has_aux:   # aux leaves leave as extra outputs, so they come out concrete
-    flat_main = flat_fun
-    flat_fun = lambda *args: [*flat_main(*args), *aux_store[-1][0]]
+  if has_aux:   # traced aux leaves leave as extra outputs, to come out
+    flat_main = flat_fun   # concrete; others (a str, a constant) as they are
+    flat_fun = lambda *args: [*flat_main(*args), *(
+        x for x in aux_store[-1][0] if isinstance(x, Tracer))]
   primals_out, f_vjp_flat = vjp_flat(flat_fun, primals_flat)
   out_tree = out_tree()
   aux_out, primals_out = primals_out[out_tree.num_leaves:], primals_out[:out_tree.num_leaves]
@@ -372,7 +396,12 @@ def vjp(fun, *primals, has_aux=False):
     return tree_unflatten(in_tree, f_vjp_flat(*cts_flat, *aux_cts))
   f_vjp.jaxpr = f_vjp_flat.jaxpr   # the linear jaxpr that the backward pass runs
   out = tree_unflatten(out_tree, primals_out)
-  return (out, f_vjp, tree_unflatten(aux_store[-1][1], aux_out)) if has_aux else (out, f_vjp)
+  if not has_aux:
+    return out, f_vjp
+  leaves, aux_tree = aux_store[-1]
+  traced = iter(aux_out)
+  aux = [next(traced) if isinstance(x, Tracer) else x for x in leaves]
+  return out, f_vjp, tree_unflatten(aux_tree, aux)
 
 
 def value_and_grad(fun, argnums=0, has_aux=False):
@@ -406,7 +435,7 @@ def value_and_grad(fun, argnums=0, has_aux=False):
     aval = get_aval(out) if not isinstance(out, (tuple, list, dict)) else None
     if aval is None or aval.shape != () or not np.issubdtype(aval.dtype, np.inexact):
       got = aval.str_short() if aval is not None else f"a {type(out).__name__}"
-      raise TransformationError(
+      raise OutputTypeError(
           f"grad requires a function returning one real scalar, but it returned "
           f"{got}{' (with has_aux=True, return (scalar, aux))' if has_aux else ''}. "
           "For non-scalar outputs use vjp, or jacrev/jacfwd for Jacobians.")
@@ -439,6 +468,7 @@ def jacrev(fun, argnums=0):
         full[i] = v
       return fun(*full, **kwargs)
 
+    _check_real("jacrev", tree_flatten(dyn)[0])
     y, f_vjp = vjp(f_dyn, *dyn)
     y_flat, y_tree = tree_flatten(y)
     x_flat = tree_flatten(dyn)[0]

@@ -243,13 +243,13 @@ def _pad_rule(axis_size, vals_in, dims_in, *, padding_config):
   config = [(0, 0, 0), *padding_config]
   if v_bdim is not_mapped:
     return lax.pad(x, value, config), 0
-  # One padding value per element: pad with 0, then add value * (1 where padded).
+  # One padding value per element: pad, then select each padding's value.
   dtype = np.result_type(get_aval(x).dtype)
   padded = lax.pad(x, np.zeros((), dtype), config)
-  where_pad = lax.pad(np.zeros(np.shape(x), dtype), np.ones((), dtype), config)
+  where_pad = lax.pad(np.zeros(np.shape(x), bool), np.True_, config)
   value = move_batch_axis(axis_size, v_bdim, 0, value)
   value = lax.broadcast(value, np.shape(padded), range(1, len(config)))
-  return lax.add(padded, lax.mul(where_pad, value)), 0
+  return lax.select_n(where_pad, padded, value), 0
 
 
 def _slice_rule(axis_size, vals_in, dims_in, *, start_indices, limit_indices, strides):

@@ -12,6 +12,8 @@ from typing import Any, Callable, NamedTuple, Optional
 
 import numpy as np
 
+from . import dtypes
+
 
 # --- Primitives and their rule tables ----------------------------------------
 
@@ -135,6 +137,8 @@ class ShapedArray:
     self.shape = tuple(shape)
     self.dtype = np.dtype(dtype)
     self.weak_type = weak_type
+    if self.dtype not in dtypes.SUPPORTED:   # e.g. bfloat16: NumPy has none
+      raise dtypes.unsupported(self.dtype)
 
   ndim = property(lambda self: len(self.shape))
   size = property(lambda self: int(np.prod(self.shape, dtype=int)))
@@ -166,8 +170,11 @@ class ConcreteArray(ShapedArray):
   """The singleton set holding one known array."""
 
   def __init__(self, val):
-    weak = type(val) in _PY_SCALARS or getattr(val, "weak_type", False)
-    self.shape, self.dtype, self.weak_type = np.shape(val), np.result_type(val), weak
+    # A Python int or float is weakly typed; a bool never is, as in JAX.
+    weak = (type(val) is int or type(val) is float
+            or getattr(val, "weak_type", False))
+    self.shape, self.weak_type = np.shape(val), weak
+    self.dtype = dtypes.check(np.result_type(val))
     self.val = val
 
   def _bool(self, tracer):
@@ -178,9 +185,6 @@ class ConcreteArray(ShapedArray):
 
   __hash__ = ShapedArray.__hash__   # a set with one element is still that shape
   __eq__ = ShapedArray.__eq__
-
-
-_PY_SCALARS = (bool, int, float)
 
 
 def raise_to_shaped(aval: ShapedArray) -> ShapedArray:

@@ -47,6 +47,9 @@ def _join(a, b):
   return least[0]
 
 
+_join_cached = functools.cache(_join)
+
+
 def _node(dtype, weak: bool):
   dtype = np.dtype(dtype)
   return _WEAK_NODE[dtype.kind] if weak and dtype.kind != "b" else dtype
@@ -65,15 +68,38 @@ _PYTHON_SCALARS = {int: (np.dtype(np.int64), True), float: (np.dtype(np.float64)
                    complex: (np.dtype(np.complex128), True), bool: (np.dtype(bool), False)}
 
 
+SUPPORTED = frozenset(map(np.dtype, ["bool", "i1", "i2", "i4", "i8", "u1", "u2",
+                                    "u4", "u8", "f2", "f4", "f8", "c8", "c16"]))
+
+
+def check(dtype) -> np.dtype:
+  """`dtype` as a np.dtype, if autodidax supports it; else a TypeError."""
+  dtype = np.dtype(dtype)
+  if dtype not in SUPPORTED:
+    raise unsupported(dtype)
+  return dtype
+
+
+def unsupported(dtype) -> TypeError:
+  why = ("NumPy has no bfloat16, and autodidax computes with NumPy. Use "
+         "float16 or float32 (JAX has bfloat16)" if dtype.name == "bfloat16"
+         else "it has bool, (u)int8 to 64, float16 to 64, complex64/128")
+  return TypeError(f"autodidax does not support dtype {dtype.name}: {why}.")
+
+
 def dtype_and_weak(x) -> tuple:
   """(dtype, weak_type) of an array-like: a Python scalar is weak, bool aside."""
+  if type(x) is np.ndarray:   # (the common case, made quick)
+    if x.dtype not in SUPPORTED:
+      raise unsupported(x.dtype)
+    return x.dtype, False
   known = _PYTHON_SCALARS.get(type(x))
   if known is not None:
     return known
   aval = getattr(x, "aval", None)
   if aval is not None:
     return aval.dtype, aval.weak_type
-  return np.result_type(x), False
+  return check(np.result_type(x)), False
 
 
 def result_type(*xs) -> tuple:
@@ -83,7 +109,7 @@ def result_type(*xs) -> tuple:
 
 def join_types(*types) -> tuple:
   """Join (dtype, weak) pairs; the result is weak if it is a weak node."""
-  node = functools.reduce(_join, (_node(d, w) for d, w in types))
+  node = functools.reduce(_join_cached, (_node(d, w) for d, w in types))
   return _strong(node), isinstance(node, str)
 
 

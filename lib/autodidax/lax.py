@@ -26,24 +26,65 @@ from .util import canonicalize_axis
 
 def _binary_impl(prim, np_fn):
   def impl(x, y):
-    sx, sy = np.shape(x), np.shape(y)
-    if sx != sy and sx and sy:
-      raise ShapeError(f"{prim.name}: shapes {sx} and {sy} are incompatible. lax "
-                       "operations need equal shapes (or a scalar); use "
-                       "autodidax.numpy for NumPy-style broadcasting.")
+    if type(x) in NUMPY_TYPES and _plain_kind(prim, x.dtype) and (
+        type(y) in NUMPY_TYPES and x.dtype == y.dtype
+        or type(y) is float and x.dtype.kind == "f"):   # the common cases,
+      _check_shapes(prim, x.shape, np.shape(y))          # checked quickly
+      return np_fn(x, y)
+    if type(x) is type(y) and type(x) in _PY_DTYPE and _plain_kind(
+        prim, _PY_DTYPE[type(x)]):   # two Python ints or floats (quickly)
+      return python_scalar(np_fn(x, y), x, y)
+    _check_shapes(prim, np.shape(x), np.shape(y))
     tx, ty = OperandType.of(x), OperandType.of(y)   # reject what jit rejects
     _check_kinds(prim, tx, ty)
     if tx.dtype != ty.dtype:
       binary_dtype(prim.name, tx, ty)
-    return np_fn(x, y)
+    return python_scalar(np_fn(x, y), x, y)
   return impl
+
+
+def _check_shapes(prim, sx, sy):
+  if sx != sy and sx and sy:
+    raise ShapeError(f"{prim.name}: shapes {sx} and {sy} are incompatible. lax "
+                     "operations need equal shapes (or a scalar); use "
+                     "autodidax.numpy for NumPy-style broadcasting.")
 
 
 def _unary_impl(prim, np_fn):
   def impl(x):
+    if type(x) in NUMPY_TYPES and _plain_kind(prim, x.dtype):   # (quickly)
+      return np_fn(x)
     _check_kinds(prim, OperandType.of(x))
-    return np_fn(x)
+    return python_scalar(np_fn(x), x)
   return impl
+
+
+_PY_DTYPE = {int: np.dtype(np.int64), float: np.dtype(np.float64)}
+# NumPy's arrays and scalars (of the dtypes autodidax has): eager values.
+NUMPY_TYPES = frozenset({np.ndarray, *(d.type for d in dtypes.SUPPORTED)})
+
+
+def _plain_kind(prim, dtype) -> bool:
+  """Whether `prim` takes arrays of `dtype` as they are (else the full
+  checks run, and raise where they should)."""
+  kinds = operand_kinds.get(prim)
+  return dtype in dtypes.SUPPORTED and (kinds is None or dtype.kind in kinds)
+
+
+def python_scalar(out, *operands):
+  """`out` as a Python scalar where it is weakly typed, that is where the
+  operands are Python scalars, not only bools (a bool is never weak): so
+  eagerly, a weakly typed value is a Python scalar, as JAX's `lax.sin(2.)`
+  is weakly typed."""
+  weak = False
+  for x in operands:
+    if type(x) is int or type(x) is float:
+      weak = True
+    elif type(x) is not bool:
+      return out
+  if weak and isinstance(out, (np.ndarray, np.generic)) and out.ndim == 0:
+    return out.item()
+  return out
 
 
 def typed_impl(prim, impl):
@@ -64,12 +105,22 @@ class OperandType(NamedTuple):
   @classmethod
   def of(cls, x):
     if type(x) is np.ndarray:   # the common case, made quick
+      if x.dtype not in dtypes.SUPPORTED:
+        raise dtypes.unsupported(x.dtype)
       return cls(x.dtype, False)
     return cls(*dtypes.dtype_and_weak(x))
 
 
 class ShapeError(TypeError):
   pass
+
+
+def supported(x):
+  """`x`, checked to be of a dtype autodidax has: a NumPy array may hold
+  one it hasn't (bfloat16, from ml_dtypes)."""
+  if type(x) is np.ndarray and x.dtype not in dtypes.SUPPORTED:
+    raise dtypes.unsupported(x.dtype)
+  return x
 
 
 add_p = Primitive("add")
@@ -108,36 +159,74 @@ stop_gradient_p = Primitive("stop_gradient")
 
 def _div(x, y):
   """Division as lax.div: integers divide with truncation toward zero (C style,
-  like StableHLO's divide), keeping their dtype; NumPy's `/` would give floats."""
-  if np.result_type(x, y).kind not in "iu":
+  like StableHLO's divide), keeping their dtype; NumPy's `/` would give floats.
+  As in XLA, an integer divided by 0 is -1 (all bits set), and MIN / -1 is
+  MIN."""
+  dtype = np.result_type(x, y)
+  if dtype.kind not in "iu":
     return np.divide(x, y)
-  q = np.floor_divide(x, y)   # rounds down: add one where that went past zero
-  return q + ((np.remainder(x, y) != 0) & ((np.less(x, 0)) != (np.less(y, 0))))
+  with np.errstate(all="ignore"):
+    q = np.floor_divide(x, y)   # rounds down: add one where that went past zero
+    q = q + ((np.remainder(x, y) != 0) & ((np.less(x, 0)) != (np.less(y, 0))))
+    q = np.where(np.equal(y, -1), np.negative(x), q) if dtype.kind == "i" else q
+  return np.where(np.equal(y, 0), np.array(-1).astype(dtype), q).astype(dtype)
 
 
 def _rem(x, y):
-  """The remainder of lax.div: it has the sign of `x` (C's fmod)."""
-  return np.fmod(x, y)
+  """The remainder of lax.div: it has the sign of `x` (C's fmod); as in XLA,
+  an integer's remainder by 0 is itself."""
+  if np.result_type(x, y).kind not in "iu":
+    return np.fmod(x, y)
+  with np.errstate(all="ignore"):
+    return np.where(np.equal(y, 0), x,
+                    np.fmod(x, y)).astype(np.result_type(x, y))
+
+
+def _max(x, y):
+  """np.maximum, with XLA's signed zeros: max(-0., 0.) is 0. either way."""
+  out = np.maximum(x, y)
+  if out.dtype.kind == "f" and not out.all():   # (a zero: look closer)
+    zeros = np.equal(x, 0) & np.equal(y, 0)
+    if zeros.any():
+      out = np.where(zeros, np.add(x, y), out)   # -0 + 0 == 0, -0 + -0 == -0
+  return out
+
+
+def _min(x, y):
+  """np.minimum; min(-0., 0.) is -0. either way."""
+  out = np.minimum(x, y)
+  if out.dtype.kind == "f" and not out.all():   # (a zero: look closer)
+    zeros = np.equal(x, 0) & np.equal(y, 0)
+    if zeros.any():
+      out = np.where(zeros, np.negative(np.add(np.negative(x), np.negative(y))),
+                     out)
+  return out
+
+
+def _sign(x):
+  """np.sign, but the sign of -0. is -0., as in XLA."""
+  out = np.sign(x)
+  return np.where(np.equal(x, 0), x, out) if out.dtype.kind == "f" else out
 
 
 binary_primitives = {
     add_p: np.add, sub_p: np.subtract, mul_p: np.multiply, div_p: _div,
-    max_p: np.maximum, min_p: np.minimum, pow_p: np.power, rem_p: _rem,
+    max_p: _max, min_p: _min, pow_p: np.power, rem_p: _rem,
     greater_p: np.greater, less_p: np.less, greater_equal_p: np.greater_equal,
     less_equal_p: np.less_equal, eq_p: np.equal, ne_p: np.not_equal,
     and_p: np.bitwise_and, or_p: np.bitwise_or, xor_p: np.bitwise_xor}
 comparison_primitives = {greater_p, less_p, greater_equal_p, less_equal_p, eq_p, ne_p}
 unary_primitives = {neg_p: np.negative, sin_p: np.sin, cos_p: np.cos,
                     exp_p: np.exp, log_p: np.log, tanh_p: np.tanh,
-                    not_p: np.invert, abs_p: np.abs, sign_p: np.sign,
+                    not_p: np.invert, abs_p: np.abs, sign_p: _sign,
                     sqrt_p: np.sqrt, rsqrt_p: lambda x: 1 / np.sqrt(x),
                     floor_p: np.floor, stop_gradient_p: lambda x: x}
 # The dtype kinds each primitive accepts (b: bool, i/u: ints, f/c: floats),
 # checked by abstract evaluation; the others take any dtype.
-_NUMBERS, _FLOATS, _INTEGRAL = "iufc", "fc", "biu"
+_NUMBERS, _FLOATS, _INTEGRAL, _SIGNED = "iufc", "fc", "biu", "ifc"
 operand_kinds = {
     add_p: _NUMBERS, sub_p: _NUMBERS, mul_p: _NUMBERS, div_p: _NUMBERS,
-    rem_p: _NUMBERS, pow_p: _FLOATS, neg_p: _NUMBERS, abs_p: _NUMBERS,
+    rem_p: _NUMBERS, pow_p: _FLOATS, neg_p: _NUMBERS, abs_p: _SIGNED,
     sign_p: _NUMBERS, and_p: _INTEGRAL, or_p: _INTEGRAL, xor_p: _INTEGRAL,
     not_p: _INTEGRAL, **{p: _FLOATS for p in (sin_p, cos_p, exp_p, log_p,
                                              tanh_p, sqrt_p, rsqrt_p, floor_p)}}
@@ -146,6 +235,26 @@ for _p, _fn in binary_primitives.items():
   impl_rules[_p] = _binary_impl(_p, _fn)
 for _p, _fn in unary_primitives.items():
   impl_rules[_p] = _unary_impl(_p, _fn)
+
+
+_float_pow_impl = impl_rules[pow_p]
+
+
+def _pow_impl(x, y):
+  tx, ty = OperandType.of(x), OperandType.of(y)
+  if not integer_exponent(tx, ty):
+    return _float_pow_impl(x, y)
+  _check_shapes(pow_p, np.shape(x), np.shape(y))
+  return python_scalar(np.power(x, np.asarray(y).astype(tx.dtype)), x, y)
+
+
+def integer_exponent(x, y) -> bool:
+  """Whether pow(x, y) raises floats to integer powers: JAX's lax.pow takes
+  an integer `y` as it is, and the result has x's dtype."""
+  return x.dtype.kind in "fc" and y.dtype.kind in "iu"
+
+
+impl_rules[pow_p] = _pow_impl
 
 
 def add(x, y): return add_p.bind(x, y)
@@ -189,8 +298,19 @@ round_p = Primitive("round")
 
 
 def _integer_pow_impl(x, *, y):
+  """By squaring and multiplying, as XLA computes it (so rounding agrees)."""
   _check_integer_pow(OperandType.of(x), y)
-  return np.power(x, np.asarray(y, np.result_type(x)))
+  base = np.asarray(x)
+  acc, n = np.ones_like(base), abs(y)
+  with np.errstate(over="ignore"):
+    while n:
+      if n & 1:
+        acc = acc * base
+      n >>= 1
+      if n:
+        base = base * base
+  out = np.divide(np.ones_like(acc), acc) if y < 0 else acc
+  return python_scalar(out, x)
 
 
 impl_rules[integer_pow_p] = _integer_pow_impl
@@ -206,8 +326,10 @@ ROUND_AWAY_FROM_ZERO, ROUND_TO_NEAREST_EVEN = 0, 1
 
 def _round_impl(x, *, rounding_method):
   if rounding_method == ROUND_TO_NEAREST_EVEN:
-    return np.round(x)
-  return np.asarray(np.sign(x) * np.floor(np.abs(x) + 0.5), np.result_type(x))
+    return python_scalar(np.round(x), x)
+  away = np.asarray(np.copysign(np.floor(np.abs(x) + 0.5), x),
+                    np.result_type(x))   # (copysign: -0. stays -0.)
+  return python_scalar(away, x)
 
 
 impl_rules[round_p] = typed_impl(round_p, _round_impl)
@@ -225,10 +347,22 @@ reduce_min_p = Primitive("reduce_min")
 reduce_prod_p = Primitive("reduce_prod")
 # np.asarray: np.sum would call an array-like's own .sum(axis, out=...) method;
 # dtype: NumPy sums small ints as int64, lax keeps the operand's dtype.
-impl_rules[reduce_sum_p] = lambda x, *, axes: np.sum(np.asarray(x), axes,
-                                                      dtype=np.result_type(x))
-impl_rules[reduce_prod_p] = lambda x, *, axes: np.prod(np.asarray(x), axes,
-                                                        dtype=np.result_type(x))
+def _sum_impl(x, *, axes):
+  if type(x) not in NUMPY_TYPES or not _plain_kind(reduce_sum_p, x.dtype):
+    _check_kinds(reduce_sum_p, OperandType.of(x))
+  x = np.asarray(x)
+  if all(x.shape[a] == 1 for a in axes):   # one element: nothing to add up
+    return x.reshape([d for i, d in enumerate(x.shape) if i not in axes])
+  # From 0, as XLA's sum (so -0. + -0. is 0.)
+  return np.add.reduce(x, axes, dtype=x.dtype, initial=0)
+
+
+def _prod_impl(x, *, axes):
+  _check_kinds(reduce_prod_p, OperandType.of(x))
+  return np.prod(np.asarray(x), axes, dtype=np.result_type(x))
+
+
+impl_rules[reduce_sum_p], impl_rules[reduce_prod_p] = _sum_impl, _prod_impl
 
 
 def lowest(dtype):
@@ -247,11 +381,23 @@ def highest(dtype):
   return np.iinfo(dtype).max if dtype.kind in "iu" else np.inf
 
 
-# `initial`: an empty axis reduces to the identity, as in XLA.
-impl_rules[reduce_max_p] = lambda x, *, axes: np.max(
-    np.asarray(x), axes, initial=lowest(np.result_type(x)))
-impl_rules[reduce_min_p] = lambda x, *, axes: np.min(
-    np.asarray(x), axes, initial=highest(np.result_type(x)))
+def _extremum_impl(np_fn, identity, zero_sign):
+  def impl(x, *, axes):
+    x = supported(np.asarray(x))
+    # `initial`: an empty axis reduces to the identity, as in XLA.
+    out = np_fn.reduce(x, axes, initial=identity(x.dtype))
+    if x.dtype.kind == "f" and not out.all():   # (a zero: look closer)
+      # Signed zeros as XLA's: the max of -0. and 0. is 0., the min -0.
+      signed = np.any(np.equal(x, 0) & (np.signbit(x) == zero_sign), axes)
+      out = np.where(np.equal(out, 0) & signed, -0. if zero_sign else 0.,
+                     np.where(np.equal(out, 0), 0. if zero_sign else -0., out))
+      out = out.astype(x.dtype)
+    return out
+  return impl
+
+
+impl_rules[reduce_max_p] = _extremum_impl(np.maximum, lowest, False)
+impl_rules[reduce_min_p] = _extremum_impl(np.minimum, highest, True)
 
 
 def _canonical_axes(axis, ndim) -> tuple:
@@ -285,27 +431,41 @@ argmax_p = Primitive("argmax")
 argmin_p = Primitive("argmin")
 cumsum_p = Primitive("cumsum")
 impl_rules[argmax_p] = lambda x, *, axes, index_dtype: np.argmax(
-    np.asarray(x), axes[0]).astype(index_dtype)
+    supported(np.asarray(x)), axes[0]).astype(index_dtype)
 impl_rules[argmin_p] = lambda x, *, axes, index_dtype: np.argmin(
-    np.asarray(x), axes[0]).astype(index_dtype)
+    supported(np.asarray(x)), axes[0]).astype(index_dtype)
 
 
 def argmax(x, axis: int, index_dtype=np.int64):
   """The index of the first largest element (or first NaN) along `axis`."""
-  return argmax_p.bind(x, axes=(canonicalize_axis(axis, np.ndim(x)),),
-                       index_dtype=np.dtype(index_dtype))
+  axis = canonicalize_axis(axis, np.ndim(x))
+  return argmax_p.bind(x, axes=(axis,), index_dtype=_index_dtype(
+      index_dtype, x, axis))
 
 
 def argmin(x, axis: int, index_dtype=np.int64):
-  return argmin_p.bind(x, axes=(canonicalize_axis(axis, np.ndim(x)),),
-                       index_dtype=np.dtype(index_dtype))
+  axis = canonicalize_axis(axis, np.ndim(x))
+  return argmin_p.bind(x, axes=(axis,), index_dtype=_index_dtype(
+      index_dtype, x, axis))
+
+
+def _index_dtype(dtype, x, axis) -> np.dtype:
+  if np.shape(x)[axis] == 0:
+    raise ValueError("argmax and argmin need a non-empty axis to reduce, "
+                     f"got shape {np.shape(x)} and axis {axis}")
+  dtype = np.dtype(dtype)
+  if dtype.kind not in "iu":
+    raise TypeError(f"index_dtype must be an integer type, got {dtype.name}")
+  return dtype
 
 
 def _cumsum_impl(x, *, axis, reverse):
   x = np.asarray(x)
-  if reverse:
-    return np.flip(np.cumsum(np.flip(x, axis), axis, dtype=x.dtype), axis)
-  return np.cumsum(x, axis, dtype=x.dtype)
+  if x.shape[axis] < 2:
+    return x
+  flip = (lambda v: np.flip(v, axis)) if reverse else (lambda v: v)
+  # Each sum starts from 0, as XLA's window does (so -0. sums to 0.).
+  return flip(np.cumsum(flip(x), axis, dtype=x.dtype) + x.dtype.type(0))
 
 
 impl_rules[cumsum_p] = typed_impl(cumsum_p, _cumsum_impl)
@@ -326,16 +486,49 @@ convert_element_type_p = Primitive("convert_element_type")
 
 def _broadcast_impl(x, *, shape, axes):
   # Size-1 axes where the new ones go (one reshape, cheaper than an
-  # expand_dims per axis), then a read-only broadcast view.
-  expanded = tuple(1 if i in axes else d for i, d in enumerate(shape))
-  return np.broadcast_to(np.reshape(x, expanded), shape)
+  # expand_dims per axis), then a read-only broadcast view, or for a small
+  # result a copy (quicker than np.broadcast_to's own checks).
+  x = supported(np.asarray(x))
+  if axes != tuple(range(len(axes))):   # (new leading axes need no reshape)
+    x = np.reshape(x, tuple(1 if i in axes else d for i, d in enumerate(shape)))
+  if math.prod(shape) > 1024:
+    return np.broadcast_to(x, shape)
+  out = np.empty(shape, x.dtype)
+  out[...] = x
+  return out
 
 
 impl_rules[broadcast_p] = _broadcast_impl
-impl_rules[transpose_p] = lambda x, *, permutation: np.transpose(x, permutation)
-impl_rules[reshape_p] = lambda x, *, new_sizes: np.reshape(x, new_sizes)
-impl_rules[convert_element_type_p] = (
-    lambda x, *, new_dtype, weak_type: np.asarray(x).astype(new_dtype))
+impl_rules[transpose_p] = lambda x, *, permutation: python_scalar(
+    np.transpose(supported(np.asarray(x)), permutation), x)
+impl_rules[reshape_p] = lambda x, *, new_sizes: python_scalar(
+    np.reshape(supported(np.asarray(x)), new_sizes), x)
+
+
+def _convert_element_type_impl(x, *, new_dtype, weak_type):
+  out = convert_values(x, new_dtype)
+  return out.item() if weak_type and out.ndim == 0 else out
+
+
+impl_rules[convert_element_type_p] = _convert_element_type_impl
+
+
+def convert_values(x, dtype) -> np.ndarray:
+  """`x` as an array of `dtype`, converted as XLA converts: floats to
+  integers saturate (NaN gives 0), other integers wrap around, and anything
+  to bool tests for nonzero."""
+  x, dtype = supported(np.asarray(x)), dtypes.check(dtype)
+  if x.dtype.kind not in "fc" or dtype.kind not in "iu":
+    return x.astype(dtype)
+  x = x.real
+  info = np.iinfo(dtype)
+  if (np.abs(x) < -float(info.min)).all() if info.min else (
+      (x > -1) & (x <= info.max)).all():
+    return x.astype(dtype)   # (every value in range: no NaN to map, no clip)
+  with np.errstate(invalid="ignore"):
+    out = np.where(np.isnan(x), 0, x).astype(dtype)   # wrong where too big:
+  return np.where(x >= info.max, info.max,
+                  np.where(x <= info.min, info.min, out)).astype(dtype)
 
 
 def broadcast(x, shape, axes=None):
@@ -354,6 +547,8 @@ def broadcast(x, shape, axes=None):
     raise ShapeError(f"broadcast: can't broadcast shape {np.shape(x)} to "
                      f"{shape} by inserting axes {axes}: the other dimensions "
                      f"would be {kept}.")
+  if not axes:   # nothing to insert: no equation (nor a no-op in a jaxpr)
+    return supported(x)
   return broadcast_p.bind(x, shape=shape, axes=axes)
 
 
@@ -376,6 +571,8 @@ def transpose(x, permutation):
   if sorted(permutation) != list(range(np.ndim(x))):
     raise ValueError(f"transpose: {permutation} is not a permutation of the "
                      f"{np.ndim(x)} axes of an array of shape {np.shape(x)}")
+  if permutation == tuple(range(len(permutation))):   # (no no-op equation)
+    return supported(x)
   return transpose_p.bind(x, permutation=permutation)
 
 
@@ -384,11 +581,13 @@ def reshape(x, new_sizes):
   if math.prod(new_sizes) != math.prod(np.shape(x)):   # math.prod: fast on ints
     raise ShapeError(f"reshape: can't reshape {np.shape(x)} to {new_sizes}: "
                      "the number of elements differs")
+  if new_sizes == np.shape(x):   # (no no-op equation)
+    return supported(x)
   return reshape_p.bind(x, new_sizes=new_sizes)
 
 
 def convert_element_type(x, new_dtype, weak_type: bool = False):
-  return convert_element_type_p.bind(x, new_dtype=np.dtype(new_dtype),
+  return convert_element_type_p.bind(x, new_dtype=dtypes.check(new_dtype),
                                      weak_type=bool(weak_type))
 
 
@@ -424,7 +623,14 @@ impl_rules[concatenate_p] = typed_impl(concatenate_p, lambda *xs, dimension: np.
 def concatenate(operands, dimension: int):
   if not operands:
     raise ValueError("concatenate needs at least one operand")
-  return concatenate_p.bind(*operands, dimension=canonicalize_axis(dimension, np.ndim(operands[0])))
+  ranks = [np.ndim(x) for x in operands]
+  if len(set(ranks)) > 1:
+    raise TypeError("concatenate: the operands must have one rank, got "
+                    f"shapes {[np.shape(x) for x in operands]}")
+  if ranks[0] == 0:
+    raise TypeError("concatenate: 0-d operands have no axis to join along")
+  return concatenate_p.bind(
+      *operands, dimension=canonicalize_axis(dimension, ranks[0]))
 
 
 def _pad_impl(x, padding_value, *, padding_config):
@@ -445,19 +651,24 @@ def _pad_impl(x, padding_value, *, padding_config):
   return x
 
 
-impl_rules[pad_p] = typed_impl(pad_p, _pad_impl)
+impl_rules[pad_p] = typed_impl(pad_p, lambda x, v, **params: python_scalar(
+    _pad_impl(x, v, **params), x, v))
 
 
 def pad(x, padding_value, padding_config):
+  if np.ndim(padding_value):
+    raise ValueError(f"pad: the padding value must be a scalar, got shape "
+                     f"{np.shape(padding_value)}")
   config = tuple((int(lo), int(hi), int(mid)) for lo, hi, mid in padding_config)
   if len(config) != np.ndim(x) or any(mid < 0 for _, _, mid in config):
-    raise ShapeError(f"pad: padding_config {padding_config} needs one (low, high, "
-                     f"interior>=0) per axis of {np.shape(x)}")
+    raise ValueError(f"pad: padding_config {padding_config} needs one "
+                     f"(low, high, interior>=0) per axis of {np.shape(x)}")
   return pad_p.bind(x, padding_value, padding_config=config)
 
 
-impl_rules[slice_p] = lambda x, *, start_indices, limit_indices, strides: np.asarray(x)[
-    tuple(builtins.slice(a, b, s) for a, b, s in zip(start_indices, limit_indices, strides))]
+impl_rules[slice_p] = lambda x, *, start_indices, limit_indices, strides: (
+    supported(np.asarray(x))[tuple(builtins.slice(a, b, s) for a, b, s in
+                                   zip(start_indices, limit_indices, strides))])
 
 
 def slice(x, start_indices, limit_indices, strides=None):  # noqa: A001
@@ -473,7 +684,8 @@ def slice(x, start_indices, limit_indices, strides=None):  # noqa: A001
   return slice_p.bind(x, start_indices=start, limit_indices=limit, strides=strides)
 
 
-impl_rules[rev_p] = lambda x, *, dimensions: np.flip(x, dimensions)
+impl_rules[rev_p] = lambda x, *, dimensions: np.flip(
+    supported(np.asarray(x)), dimensions)
 
 
 def rev(x, dimensions):
@@ -501,14 +713,14 @@ def _dynamic_update_slice_impl(x, update, *starts):
   return out
 
 
-impl_rules[dynamic_slice_p] = _dynamic_slice_impl
+impl_rules[dynamic_slice_p] = typed_impl(dynamic_slice_p, _dynamic_slice_impl)
 impl_rules[dynamic_update_slice_p] = typed_impl(dynamic_update_slice_p,
                                                     _dynamic_update_slice_impl)
 
 
 def _check_starts(name, x, starts):
   if len(starts) != np.ndim(x):
-    raise ShapeError(f"{name}: got {len(starts)} start indices for an array of "
+    raise ValueError(f"{name}: got {len(starts)} start indices for an array of "
                      f"rank {np.ndim(x)}; give one per axis")
 
 
@@ -549,21 +761,39 @@ def _index(i, size: int):
 def binary_dtype(name, x, y):
   """The result dtype, with JAX's weak typing: a weakly-typed operand (from a
   Python scalar) adopts the other operand's dtype, if the lattice allows."""
-  if x.dtype != y.dtype and not (x.weak_type or y.weak_type):
+  if x.dtype == y.dtype:
+    return x.dtype, x.weak_type and y.weak_type
+  dtype, weak = dtypes.join_types((x.dtype, x.weak_type),
+                                  (y.dtype, y.weak_type))
+  if any(a.dtype != dtype and not a.weak_type for a in (x, y)):
     raise TypeError(f"{name}: dtypes {x.dtype} and {y.dtype} differ. lax "
-                    "operations need equal dtypes: convert one with "
-                    "lax.convert_element_type (autodidax.numpy promotes for you).")
-  return dtypes.join_types((x.dtype, x.weak_type), (y.dtype, y.weak_type))
+                    "operations need equal dtypes (a Python scalar may take "
+                    "an array's dtype, not change it): convert one with "
+                    "lax.convert_element_type (autodidax.numpy promotes for "
+                    "you).")
+  return dtype, weak
 
 
 def _check_kinds(prim, *avals):
   kinds = operand_kinds.get(prim)
-  for a in avals:   # (a weakly typed Python scalar adapts to the other operand)
-    if kinds and a.dtype.kind not in kinds and not (a.weak_type and len(avals) > 1):
+  if not kinds:
+    return
+  for a in avals:   # (the common case: every operand is of a kind it takes)
+    if a.dtype.kind not in kinds:
+      break
+  else:
+    return
+  # A weak Python scalar takes a strong operand's dtype; two weak ones join.
+  dts = [a.dtype for a in avals if not a.weak_type] or [
+      binary_dtype(prim.name, *avals)[0] if len(avals) > 1 else avals[0].dtype]
+  for dtype in dts:
+    if dtype.kind not in kinds:
       accepted = {_NUMBERS: "numbers (ints or floats)", _FLOATS: "floating-point",
-                  _INTEGRAL: "bool or integer"}[kinds]
-      raise TypeError(f"{prim.name} does not accept dtype {a.dtype.name}: it takes "
-                      f"{accepted} operands. Convert with lax.convert_element_type.")
+                  _INTEGRAL: "bool or integer",
+                  _SIGNED: "signed integer or floating-point"}[kinds]
+      raise TypeError(f"{prim.name} does not accept dtype {dtype.name}: it "
+                      f"takes {accepted} operands. Convert with "
+                      "lax.convert_element_type.")
 
 
 def _binary_abstract_eval(prim, comparison: bool):
@@ -589,6 +819,16 @@ def _unary_abstract_eval(prim):
 
 for _p in binary_primitives:
   abstract_eval_rules[_p] = _binary_abstract_eval(_p, _p in comparison_primitives)
+
+
+def _pow_abstract_eval(x, y):
+  if not integer_exponent(x, y):
+    return _binary_abstract_eval(pow_p, False)(x, y)
+  _check_shapes(pow_p, x.shape, y.shape)
+  return ShapedArray(x.shape or y.shape, x.dtype, x.weak_type and y.weak_type)
+
+
+abstract_eval_rules[pow_p] = _pow_abstract_eval
 for _p in (*unary_primitives, integer_pow_p, round_p):
   abstract_eval_rules[_p] = _unary_abstract_eval(_p)
 operand_kinds.update({integer_pow_p: _NUMBERS, round_p: _FLOATS})
@@ -596,6 +836,7 @@ operand_kinds.update({integer_pow_p: _NUMBERS, round_p: _FLOATS})
 
 def _reduce_abstract_eval(prim, index_dtype=False):
   def rule(x, *, axes, **params):
+    _check_kinds(prim, x)
     if any(not 0 <= a < x.ndim for a in axes):
       raise ShapeError(f"{prim.name}: axes {axes} out of range for {x.str_short()}")
     shape = tuple(d for i, d in enumerate(x.shape) if i not in axes)
@@ -609,6 +850,7 @@ def _reduce_abstract_eval(prim, index_dtype=False):
 
 for _p in (reduce_sum_p, reduce_max_p, reduce_min_p, reduce_prod_p):
   abstract_eval_rules[_p] = _reduce_abstract_eval(_p)
+operand_kinds.update({reduce_sum_p: _NUMBERS, reduce_prod_p: _NUMBERS})
 for _p in (argmax_p, argmin_p):
   abstract_eval_rules[_p] = _reduce_abstract_eval(_p, index_dtype=True)
 
@@ -689,7 +931,11 @@ abstract_eval_rules[concatenate_p] = _concatenate_abstract_eval
 
 
 def _pad_abstract_eval(x, padding_value, *, padding_config):
-  if padding_value.shape != () or padding_value.dtype != x.dtype:
+  if padding_value.shape != ():
+    raise ValueError(f"pad: the padding value must be a scalar, got "
+                     f"{padding_value.str_short()}")
+  if padding_value.dtype != x.dtype and (   # (a Python scalar may adopt it)
+      binary_dtype("pad", x, padding_value)[0] != x.dtype):
     raise TypeError(f"pad: the padding value must be a scalar of {x.dtype.name}, got "
                     f"{padding_value.str_short()}")
   shape = [lo + hi + d + builtins.max(d - 1, 0) * mid
@@ -778,7 +1024,13 @@ impl_rules[dot_general_p] = _dot_general_impl
 
 def _canonical_dimension_numbers(dimension_numbers, x_ndim, y_ndim):
   (lc, rc), (lb, rb) = dimension_numbers
-  fix = lambda axes, n: tuple(canonicalize_axis(int(a), n) for a in axes)
+
+  def fix(axes, n):
+    if any(not -n <= int(a) < n for a in axes):
+      raise TypeError(f"dot_general: dimension_numbers {dimension_numbers} "
+                      f"name axes that operands of ranks {x_ndim} and "
+                      f"{y_ndim} don't have")
+    return tuple(canonicalize_axis(int(a), n) for a in axes)
   return ((fix(lc, x_ndim), fix(rc, y_ndim)), (fix(lb, x_ndim), fix(rb, y_ndim)))
 
 

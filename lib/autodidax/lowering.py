@@ -69,8 +69,9 @@ def dense_literal(x: np.ndarray) -> str:
   """A `dense<...>` attribute holding the array `x`."""
   x = np.asarray(x)
   flat = x.ravel()
-  # One value for all (compared bitwise, so that 0.0 and -0.0 differ):
-  if x.ndim == 0 or (flat.size and flat.tobytes() == flat[:1].tobytes() * flat.size):
+  # One value for all (compared bitwise, so that 0.0 and -0.0 differ), or
+  # none (a splat fits an empty array of any shape):
+  if not flat.size or flat.tobytes() == flat[:1].tobytes() * flat.size:
     return f"dense<{_mlir_scalar(flat[0] if flat.size else 0, x.dtype)}>"
 
   def nest(a):
@@ -251,10 +252,37 @@ def _unary_lowering(op):
 for _p, _op in _BINARY_OPS.items():
   lowering_rules[_p] = _binary_lowering(_op)
 lowering_rules[lax.max_p] = _max_lowering
+
+
+def _pow_lowering(ctx, x, y):
+  ax, ay = ctx.avals_in
+  if not lax.integer_exponent(ax, ay):
+    return _binary_lowering("power")(ctx, x, y)
+  ctx.avals_in = [ax, ay.update(dtype=ax.dtype)]
+  return _binary_lowering("power")(ctx, x, ctx.convert(y, ay, ax.dtype))
+
+
+lowering_rules[lax.pow_p] = _pow_lowering
 for _p, _dir in _COMPARISONS.items():
   lowering_rules[_p] = _compare_lowering(_dir)
 for _p, _op in _UNARY_OPS.items():
   lowering_rules[_p] = _unary_lowering(_op)
+
+
+def _sign_lowering(ctx, x):
+  """stablehlo.sign takes signed numbers; an unsigned sign is x != 0."""
+  (aval,) = ctx.avals_in
+  if aval.dtype.kind != "u":
+    return _unary_lowering("sign")(ctx, x)
+  zero = ctx.broadcast_in_dim(ctx.constant(0, aval.dtype),
+                              aval.update(shape=()), aval.shape, [])
+  t = mlir_type(aval)
+  nonzero = ctx.emit(f"stablehlo.compare NE, {x}, {zero}, UNSIGNED : "
+                     f"({t}, {t}) -> {mlir_type(aval.update(dtype=np.bool_))}")
+  return ctx.convert(nonzero, aval.update(dtype=np.bool_), aval.dtype)
+
+
+lowering_rules[lax.sign_p] = _sign_lowering
 
 
 def _reduce_lowering(ctx, x, axes, op, init):
@@ -413,6 +441,8 @@ def _cumsum_lowering(ctx, x, *, axis, reverse):
   elements up to its own (padding with zeros on the side it comes from)."""
   (aval,), (out,) = ctx.avals_in, ctx.avals_out
   n, rank = aval.shape[axis], aval.ndim
+  if n < 2 or aval.size == 0:   # nothing to sum (and XLA wants windows of
+    return x                     # size > 0)
   scalar = mlir_type(ShapedArray((), aval.dtype))
   zero = ctx.constant(0, aval.dtype)
   window = [n if i == axis else 1 for i in range(rank)]
@@ -441,6 +471,7 @@ def _concatenate_lowering(ctx, *xs, dimension):
 
 def _pad_lowering(ctx, x, value, *, padding_config):
   (ax, av), (out,) = ctx.avals_in, ctx.avals_out
+  value, av = ctx.convert(value, av, ax.dtype), av.update(dtype=ax.dtype)
   lo, hi, mid = ([c[i] for c in padding_config] for i in range(3))
   return ctx.emit(f"stablehlo.pad {x}, {value}, low = {lo}, high = {hi}, interior = {mid} : "
                   f"({mlir_type(ax)}, {mlir_type(av)}) -> {mlir_type(out)}")

@@ -9,10 +9,12 @@ A jax.numpy function that is not here raises an error saying so.
 from __future__ import annotations
 
 import builtins
+import math
 
 import numpy as _np
 
 from . import dtypes, lax
+from . import core
 from .core import ConcretizationError, Tracer, is_array
 from .util import canonicalize_axis
 
@@ -25,6 +27,14 @@ shape, ndim, size = _np.shape, _np.ndim, _np.size
 promote_types = dtypes.promote_types
 
 _PY_SCALARS = (bool, int, float)
+_WEAK = (int, float)   # the Python scalars that are weakly typed
+_FLOATS = frozenset(map(_np.dtype, (float16, float32, float64)))
+
+
+def _plain_float(x) -> bool:
+  """Whether `x` is a NumPy float array (or scalar): the eager common case,
+  which the fast paths below take as it is."""
+  return type(x) in lax.NUMPY_TYPES and x.dtype in _FLOATS
 _PY_TYPE = {"b": bool, "i": int, "u": int, "f": float, "c": complex}
 
 
@@ -41,35 +51,36 @@ def result_type(*xs):
 
 
 def asarray(x, dtype=None):
+  """`x` as an array: a NumPy array, or under a transformation one of its
+  values (so that it indexes as ours do, e.g. with a traced index)."""
   if isinstance(x, Tracer):
     return x if dtype is None else astype(x, dtype)
   if isinstance(x, (list, tuple)) and any(isinstance(v, Tracer) for v in x):
     return stack([asarray(v) for v in x]) if dtype is None else astype(stack(x), dtype)
-  return _np.asarray(x, dtype)
+  out = lax.supported(_np.asarray(x, dtype))
+  main = core.trace_stack[-1]
+  return out if main.level == 0 else core.full_raise(main.trace_type(main), out)
 
 
 array = asarray
 
 
 def astype(x, dtype):
-  return _as_type(x, _np.dtype(dtype), False)
+  return _as_type(x, dtypes.check(dtype), False)
 
 
 def _as_type(x, dtype, weak):
   """`x` converted to `dtype` (weakly typed if `weak`), as JAX converts:
-  out-of-range integers wrap around, floats to bool test for nonzero."""
+  out-of-range integers wrap around, floats saturate, floats to bool test
+  for nonzero."""
   if type(x) in _PY_SCALARS:
     if weak:
       return _PY_TYPE[dtype.kind](x)   # stays a Python scalar: weakly typed
     with _np.errstate(over="ignore", invalid="ignore"):
-      return _np.array(x).astype(dtype)[()]
+      return lax.convert_values(x, dtype)[()]
   if _dtype_of(x) == (dtype, weak):
     return x
   return lax.convert_element_type(x, dtype, weak)
-
-
-def _is_weak(x) -> bool:
-  return type(x) in (int, float) or getattr(getattr(x, "aval", None), "weak_type", False)
 
 
 def _promote(*xs):
@@ -80,6 +91,14 @@ def _promote(*xs):
   dtype, weak = dtypes.join_types(*types)
   return [x if t[0] == dtype and not weak else _as_type(x, dtype, weak)
           for x, t in zip(xs, types)]
+
+
+def _promote_numeric(*xs):
+  """Like _promote, but bools become int32 (as jax.numpy's floor_divide,
+  remainder, square and power treat them)."""
+  dtype, weak = dtypes.join_types(*(_dtype_of(x) for x in xs))
+  dtype = _np.dtype(int32) if dtype == _np.bool_ else dtype
+  return [_as_type(x, dtype, weak) for x in xs]
 
 
 def _promote_inexact(*xs):
@@ -104,19 +123,38 @@ def broadcast_to(x, shape):
 
 
 def _weak(out, *xs):
-  """Python scalars in, a Python scalar out: it stays weakly typed, as in JAX."""
-  if all(type(x) in _PY_SCALARS for x in xs) and not isinstance(out, Tracer):
-    return out.item()
-  return out
+  """Python ints and floats in, a Python scalar out: it stays weakly typed,
+  as in JAX (see lax.python_scalar)."""
+  if type(out) in _PY_SCALARS or isinstance(out, Tracer):
+    return out
+  return lax.python_scalar(out, *xs)
 
 
 def _binary(op, bool_op=None):
   """A NumPy-style binary function from a lax one: promote, then broadcast.
   `bool_op` replaces `op` on bools (add is `or` there, multiply `and`)."""
   def fn(x, y):
-    # Fast paths (the common cases while tracing): two tracers of one type, or
-    # a strong float tracer and a Python float. Same result as the general path.
-    if isinstance(x, Tracer):
+    # Fast paths (the common cases, eagerly and while tracing): two arrays or
+    # tracers of one type, or a strong float one and a Python float. Same
+    # result as the general path below.
+    if type(x) in lax.NUMPY_TYPES:
+      if type(y) in lax.NUMPY_TYPES:
+        if x.dtype == y.dtype and x.dtype.kind != "b":
+          if x.shape == y.shape or not x.shape or not y.shape:
+            return op(x, y)   # (lax lets a scalar stand for all elements)
+          if x.shape[-y.ndim:] == y.shape:   # (y is a row: a bias, say)
+            return op(x, lax.broadcast_p.bind(
+                y, shape=x.shape, axes=tuple(range(x.ndim - y.ndim))))
+          if y.shape[-x.ndim:] == x.shape:
+            return op(lax.broadcast_p.bind(
+                x, shape=y.shape, axes=tuple(range(y.ndim - x.ndim))), y)
+      elif type(y) is float and x.dtype in _FLOATS:
+        return op(x, y)   # (lax lets the Python float take x's dtype)
+    elif type(x) in _WEAK and type(y) in _WEAK:   # two Python scalars
+      return op(x, y) if type(x) is type(y) else op(float(x), float(y))
+    elif type(x) is float and type(y) in lax.NUMPY_TYPES and y.dtype in _FLOATS:
+      return op(x, y)
+    elif isinstance(x, Tracer):
       ax = x.aval
       if isinstance(y, Tracer):
         ay = y.aval
@@ -158,6 +196,9 @@ _divide, _rem = _binary(lax.div), _binary(lax.rem)
 
 def divide(x, y):
   """True division: integers and bools are divided as floats (int32 as float32)."""
+  if _plain_float(x) and (_plain_float(y) and x.dtype == y.dtype
+                          or type(y) is float):
+    return _divide(x, y)   # (a fast path: floats divide as they are)
   x0, y0 = x, y
   return _weak(_divide(*_promote_inexact(x, y)), x0, y0)
 
@@ -166,31 +207,77 @@ true_divide = divide
 
 
 def floor_divide(x, y):
-  """`x // y`: division rounded down (lax.div rounds toward zero)."""
-  x, y = _broadcast_arrays(*_promote(x, y))
-  if result_type(x, y).kind in "fc":
-    return floor(_divide(x, y))
-  q = _divide(x, y)
-  # Toward zero differs from down where the signs differ and it isn't exact.
-  inexact = logical_and(not_equal(_rem(x, y), 0), not_equal(less(x, 0), less(y, 0)))
-  return subtract(q, astype(inexact, result_type(q)))
+  """`x // y`: division rounded down (lax.div rounds toward zero), computed
+  as jax.numpy computes it."""
+  x0, y0 = x, y
+  x, y = _broadcast_arrays(*_promote_numeric(x, y))
+  kind = _dtype_of(x)[0].kind
+  if kind == "u":
+    q = lax.div(x, y)
+  elif kind == "i":   # toward zero is one too high where the signs differ
+    q = lax.div(x, y)
+    fix = lax.bitwise_and(lax.ne(lax.sign(x), lax.sign(y)),
+                          lax.ne(lax.rem(x, y), 0))
+    q = lax.select_n(fix, q, lax.sub(q, 1))
+  else:
+    q = _float_divmod(x, y)[0]
+  return _weak(q, x0, y0)
+
+
+def _float_divmod(x, y):
+  """(x // y, x % y) for floats, from the truncated remainder (as JAX)."""
+  shape = _np.broadcast_shapes(_np.shape(x), _np.shape(y))
+  x, y = broadcast_to(x, shape), broadcast_to(y, shape)
+  mod = lax.rem(x, y)
+  div = lax.div(lax.select_n(lax.eq(y, 0.), lax.sub(x, mod), x), y)
+  fix = lax.bitwise_and(lax.ne(mod, 0.), lax.ne(lax.sign(y), lax.sign(mod)))
+  mod = lax.select_n(fix, mod, lax.add(mod, y))
+  div = lax.select_n(fix, div, lax.sub(div, 1.))
+  return lax.round(div), mod
 
 
 def remainder(x, y):
-  """`x % y`: the remainder with the sign of `y`, as Python's."""
-  x, y = _broadcast_arrays(*_promote(x, y))
-  r = _rem(x, y)
-  wrong_sign = logical_and(not_equal(r, 0), not_equal(less(r, 0), less(y, 0)))
-  return add(r, multiply(astype(wrong_sign, result_type(r)), y))
+  """`x % y`: the remainder with the sign of `y`, as Python's (an integer
+  `x % 0` is 0, as in JAX)."""
+  x0, y0 = x, y
+  x, y = _broadcast_arrays(*_promote_numeric(x, y))
+  if _dtype_of(y)[0].kind in "iu":
+    y = lax.select_n(lax.eq(y, 0), y, lax.add(lax.mul(y, 0), 1))
+  r = lax.rem(x, y)
+  wrong_sign = lax.bitwise_and(lax.ne(lax.less(r, 0), lax.less(y, 0)),
+                               lax.ne(r, 0))
+  return _weak(lax.select_n(wrong_sign, r, lax.add(r, y)), x0, y0)
 
 
 mod = remainder
 
 
-def logical_and(x, y): return bitwise_and(astype(x, bool), astype(y, bool))
-def logical_or(x, y): return bitwise_or(astype(x, bool), astype(y, bool))
-def logical_xor(x, y): return bitwise_xor(astype(x, bool), astype(y, bool))
-def logical_not(x): return lax.bitwise_not(astype(x, bool))
+def _to_bool(x):
+  """`x != 0`, as JAX's logical functions compute it."""
+  return x if _dtype_of(x)[0] == _np.bool_ else lax.ne(x, _const_like(x, 0))
+
+
+def _const_like(x, value):
+  """`value` to combine with `x`: a Python scalar (weak) where `x` is a
+  weakly typed scalar, else of x's dtype (strong), as JAX's lax._const."""
+  dtype, weak = _dtype_of(x)
+  if weak and _np.ndim(x) == 0:
+    return _PY_TYPE[dtype.kind](value)
+  return dtype.type(value)
+
+
+def _logical(op):
+  def fn(x, y):
+    return op(*map(_to_bool, _promote(x, y)))
+  fn.__name__ = f"logical_{op.__name__.replace('bitwise_', '')}"
+  return fn
+
+
+logical_and, logical_or = _logical(lax.bitwise_and), _logical(lax.bitwise_or)
+logical_xor = _logical(lax.bitwise_xor)
+
+
+def logical_not(x): return lax.bitwise_not(_to_bool(x))
 
 
 def invert(x):
@@ -206,6 +293,8 @@ bitwise_not = invert
 def _unary(op):
   """A float function (sin, sqrt, ...): integers and bools become floats first."""
   def fn(x):
+    if type(x) is float or type(x) in lax.NUMPY_TYPES and x.dtype in _FLOATS:
+      return op(x)   # (a fast path: a float needs no conversion)
     (x1,) = _promote_inexact(x)
     return _weak(op(x1), x)
   fn.__name__ = op.__name__
@@ -230,9 +319,7 @@ absolute = abs
 
 
 def sign(x):
-  if result_type(x).kind in "bu":
-    return astype(not_equal(x, 0), result_type(x))
-  return _weak(lax.sign(x), x)
+  return _weak(lax.sign(x), x)   # (lax.sign refuses bools, as JAX's)
 
 
 def floor(x):
@@ -241,7 +328,10 @@ def floor(x):
 
 def round(x, decimals: int = 0):  # noqa: A001
   """Round half to even, as NumPy (and jnp.round)."""
-  if result_type(x).kind in "biu":
+  if result_type(x).kind == "b":
+    raise ValueError("round: bools can't be rounded (JAX refuses them too); "
+                     "convert to an int or a float first")
+  if result_type(x).kind in "iu":
     return x
   if decimals == 0:
     return _weak(lax.round(x, lax.ROUND_TO_NEAREST_EVEN), x)
@@ -250,6 +340,7 @@ def round(x, decimals: int = 0):  # noqa: A001
 
 
 def square(x):
+  (x,) = _promote_numeric(x)   # bools square as int32s, as in JAX
   return multiply(x, x)
 
 
@@ -258,12 +349,18 @@ def where(condition, x=None, y=None):
   if x is None or y is None:
     raise TypeError("where(condition) with one argument is not in autodidax (its "
                     "output shape depends on the data); pass x and y")
-  x, y = _promote(x, y)
-  c, x, y = _broadcast_arrays(astype(condition, bool), x, y)
-  c, x, y = _broadcast_arrays(c, *_broadcast_arrays(x, y))
-  if _np.ndim(c) and _np.shape(x) != _np.shape(c):   # lax.select_n: cases shaped like `which`
-    x, y = broadcast_to(x, _np.shape(c)), broadcast_to(y, _np.shape(c))
-  return lax.select_n(c, y, x)
+  if (type(condition) is _np.ndarray and condition.dtype == _np.bool_
+      and _plain_float(x) and condition.shape == x.shape and (
+          type(y) is float or _plain_float(y) and y.dtype == x.dtype
+          and y.shape == x.shape)):   # (a fast path: the common eager case)
+    y = _np.full(x.shape, y, x.dtype) if type(y) is float else y
+    return lax.select_n(condition, y, x)
+  x0, y0 = x, y
+  c, x, y = astype(condition, bool), *_promote(x, y)
+  shape = _np.broadcast_shapes(_np.shape(c), _np.shape(x), _np.shape(y))
+  x, y = broadcast_to(x, shape), broadcast_to(y, shape)   # cases alike;
+  c = c if _np.ndim(c) == 0 else broadcast_to(c, shape)   # c: a scalar too
+  return _weak(lax.select_n(c, y, x), x0, y0)
 
 
 def clip(x, min=None, max=None):  # noqa: A002
@@ -276,17 +373,28 @@ def clip(x, min=None, max=None):  # noqa: A002
 
 
 def power(x, y):
-  """`x ** y`: integer_pow for a Python int `y`, the pow primitive for
-  floats, and squaring for integers to integer arrays."""
-  if type(y) is int:
-    return _weak(lax.integer_pow(x, y), x)
+  """`x ** y`, as jax.numpy computes it: integer_pow for a concrete integer
+  `y`, squaring for integers to integer arrays, else the pow primitive."""
+  n = _concrete_int(y)
+  if n is not None:
+    (x1,) = _promote_numeric(x)   # (bools are powered as int32s)
+    return _weak(lax.integer_pow(x1, n), x)
   x0, y0 = x, y
-  x, y = _broadcast_arrays(*_promote(x, y))
-  if result_type(x, y) == bool:   # as in JAX, bools are powered as int32s
-    x, y = astype(x, int32), astype(y, int32)
+  (dx, wx), (dy, wy) = _dtype_of(x), _dtype_of(y)
+  x, y = _broadcast_arrays(*_promote_numeric(x, y))
   if result_type(x, y).kind in "iu":
     return _weak(_integer_power(x, y), x0, y0)
+  if dx.kind in "fc" and dy.kind in "iu" and wx and not wy:
+    # a float to integer powers: weak only if both are, as in JAX
+    x, y = (_as_type(v, result_type(x, y), False) for v in (x, y))
   return _weak(lax.pow(x, y), x0, y0)
+
+
+def _concrete_int(y):
+  """`y` as a Python int if it is a known integer scalar (not a tracer)."""
+  if isinstance(y, Tracer) or _np.ndim(y) or result_type(y).kind not in "biu":
+    return None
+  return int(y)
 
 
 def _integer_power(x, y):
@@ -326,6 +434,8 @@ def _reduction(reduce, x, axis, keepdims, dtype):
 
 def sum(x, axis=None, keepdims=False, dtype=None):  # noqa: A001
   """Sum over `axis`; bools and small integers are summed as 64-bit, as JAX."""
+  if _plain_float(x) and not keepdims and dtype is None:
+    return lax.reduce_sum(x, axis)   # (a fast path: floats sum as they are)
   return _reduction(lax.reduce_sum, x, axis, keepdims,
                     dtype or dtypes.sum_dtype(result_type(x)))
 
@@ -340,14 +450,26 @@ def _no_empty(name, x, axis):
     raise ValueError(f"zero-size array to reduction operation {name} which has no identity")
 
 
-def max(x, axis=None, keepdims=False):  # noqa: A001
-  _no_empty("max", x, axis)
-  return _reduction(lax.reduce_max, x, axis, keepdims, None)
+def max(x, axis=None, keepdims=False, initial=None):  # noqa: A001
+  """The largest element along `axis`, not below `initial` if given (an
+  empty axis then gives `initial`)."""
+  if initial is None:
+    if _plain_float(x) and x.size and not keepdims:
+      return lax.reduce_max(x, axis)   # (a fast path)
+    _no_empty("max", x, axis)
+    return _reduction(lax.reduce_max, x, axis, keepdims, None)
+  out = _reduction(lax.reduce_max, x, axis, keepdims, None)
+  return maximum(out, _as_type(initial, result_type(out), False))
 
 
-def min(x, axis=None, keepdims=False):  # noqa: A001
-  _no_empty("min", x, axis)
-  return _reduction(lax.reduce_min, x, axis, keepdims, None)
+def min(x, axis=None, keepdims=False, initial=None):  # noqa: A001
+  if initial is None:
+    if _plain_float(x) and x.size and not keepdims:
+      return lax.reduce_min(x, axis)   # (a fast path)
+    _no_empty("min", x, axis)
+    return _reduction(lax.reduce_min, x, axis, keepdims, None)
+  out = _reduction(lax.reduce_min, x, axis, keepdims, None)
+  return minimum(out, _as_type(initial, result_type(out), False))
 
 
 amax, amin = max, min
@@ -356,14 +478,17 @@ amax, amin = max, min
 def mean(x, axis=None, keepdims=False):
   """The mean, in a float dtype (int32 and bool give float32, as JAX)."""
   axes = _axes(x, axis)
-  count = int(_np.prod([_np.shape(x)[a] for a in axes], dtype=int))
+  count = math.prod(_np.shape(x)[a] for a in axes)
+  if _plain_float(x) and not keepdims:   # (a fast path)
+    total = lax.reduce_sum_p.bind(x, axes=tuple(sorted(axes)))
+    return lax.div(total, x.dtype.type(count))
   total = _reduction(lax.reduce_sum, x, axis, keepdims, dtypes.to_inexact(result_type(x)))
   return divide(total, float(count))
 
 
 def _arg_reduce(lax_fn, x, axis, keepdims):
   if axis is None:
-    x, axis = reshape(x, -1), 0
+    x, axis = (x if _np.ndim(x) == 1 else reshape(x, -1)), 0
   axis = canonicalize_axis(axis, _np.ndim(x))
   if _np.shape(x)[axis] == 0:
     raise ValueError("attempt to get argmax/argmin of an empty sequence")
@@ -400,31 +525,41 @@ def _shape_tuple(shape):
 
 
 def zeros(shape, dtype=None):
-  return _np.zeros(_shape_tuple(shape), dtype or float64)
+  return _np.zeros(_shape_tuple(shape), dtypes.check(dtype or float64))
 
 
 def ones(shape, dtype=None):
-  return _np.ones(_shape_tuple(shape), dtype or float64)
+  return _np.ones(_shape_tuple(shape), dtypes.check(dtype or float64))
 
 
 def full(shape, fill_value, dtype=None):
   shape = _shape_tuple(shape)
-  if isinstance(fill_value, Tracer):
+  if isinstance(fill_value, Tracer) or (dtype is None and _is_weak(fill_value)):
     fill = fill_value if dtype is None else astype(fill_value, dtype)
-    return broadcast_to(fill, shape)
-  return _np.full(shape, fill_value, dtype or result_type(fill_value))
+    return broadcast_to(fill, shape)   # (keeps a Python scalar's weak type)
+  dtype = dtypes.check(dtype or result_type(fill_value))
+  return _np.full(shape, fill_value, dtype)
+
+
+def _is_weak(x) -> bool:
+  return type(x) is int or type(x) is float
 
 
 def zeros_like(x, dtype=None):
-  return _np.zeros(_np.shape(x), dtype or result_type(x))
+  return full_like(x, 0, dtype)
 
 
 def ones_like(x, dtype=None):
-  return _np.ones(_np.shape(x), dtype or result_type(x))
+  return full_like(x, 1, dtype)
 
 
 def full_like(x, fill_value, dtype=None):
-  return full(_np.shape(x), fill_value, dtype or result_type(x))
+  """`fill_value` in x's shape, dtype and weak type (or a strong `dtype`)."""
+  dtype, weak = (dtypes.check(dtype), False) if dtype else _dtype_of(x)
+  fill = _as_type(fill_value, dtype, weak)
+  if weak or isinstance(fill, Tracer):   # broadcast: keeps the weak type
+    return broadcast_to(fill, _np.shape(x))
+  return _np.full(_np.shape(x), fill, dtype)
 
 
 def arange(start, stop=None, step=None, dtype=None):
@@ -432,26 +567,28 @@ def arange(start, stop=None, step=None, dtype=None):
   _static("arange", start, stop, step)
   args = [a for a in (start, stop, step) if a is not None]
   kind = "f" if any(isinstance(a, float) or _np.result_type(a).kind == "f" for a in args) else "i"
-  return _np.arange(*args, dtype=dtype or (float64 if kind == "f" else int64))
+  dtype = dtype or (float64 if kind == "f" else int64)
+  return _np.arange(*args, dtype=dtypes.check(dtype))
 
 
 def linspace(start, stop, num=50, endpoint=True, dtype=None):
   _static("linspace", start, stop, num)
-  return _np.linspace(start, stop, int(num), endpoint=endpoint, dtype=dtype or float64)
+  return _np.linspace(start, stop, int(num), endpoint=endpoint,
+                      dtype=dtypes.check(dtype or float64))
 
 
 def eye(N, M=None, k=0, dtype=None):  # noqa: N803 (NumPy's names)
-  return _np.eye(N, M, k, dtype=dtype or float64)
+  return _np.eye(N, M, k, dtype=dtypes.check(dtype or float64))
 
 
 def concatenate(arrays, axis=0):
   arrays = list(arrays)
   if axis is None:
     arrays, axis = [reshape(a, -1) for a in arrays], 0
-  arrays = _promote(*arrays)
-  arrays = [a if _np.ndim(a) else _np.asarray(a) for a in arrays]
-  if builtins.any(_np.ndim(a) == 0 for a in arrays):
-    raise ValueError("concatenate: zero-dimensional arrays can't be concatenated")
+  if not arrays or _np.ndim(arrays[0]) == 0:
+    raise ValueError("concatenate: zero-dimensional arrays can't be "
+                     "concatenated (stack them instead)")
+  arrays = _promote(*arrays)   # (lax.concatenate checks the ranks agree)
   return lax.concatenate(arrays, canonicalize_axis(axis, _np.ndim(arrays[0])))
 
 
@@ -459,6 +596,9 @@ def stack(arrays, axis=0):
   arrays = list(arrays)
   if not arrays:
     raise ValueError("need at least one array to stack")
+  if len({_np.shape(a) for a in arrays}) > 1:
+    raise ValueError("stack: the arrays must have one shape, got "
+                     f"{[_np.shape(a) for a in arrays]}")
   nd = _np.ndim(arrays[0]) + 1
   return concatenate([expand_dims(a, axis) for a in _promote(*arrays)],
                      canonicalize_axis(axis, nd))
@@ -475,7 +615,7 @@ def transpose(x, axes=None):
 def reshape(x, newshape):
   newshape = (newshape,) if isinstance(newshape, int) else tuple(newshape)
   if -1 in newshape:   # infer the one missing size
-    known = int(_np.prod([d for d in newshape if d != -1], dtype=int))
+    known = math.prod(d for d in newshape if d != -1)
     newshape = tuple(_np.size(x) // builtins.max(known, 1) if d == -1 else d
                      for d in newshape)
   return lax.reshape(x, newshape)
@@ -544,6 +684,8 @@ def _getitem(x, idx):
     if not (i is None or i is Ellipsis or isinstance(i, builtins.slice)
             or type(i) is int or isinstance(i, _np.integer) or _is_int_scalar(i)):
       raise TypeError(_unsupported_index(i))
+  # (a 0-d integer array is a known index, as a Python int is)
+  idx = tuple(int(i) if type(i) is _np.ndarray else i for i in idx)
   if builtins.sum(i is Ellipsis for i in idx) > 1:
     raise IndexError("an index can only have a single ellipsis ('...')")
   used = builtins.sum(i is not None and i is not Ellipsis for i in idx)
@@ -571,8 +713,10 @@ def _getitem(x, idx):
       dyn[axis] = i
     else:
       i = int(i)
-      if not -d <= i < d:
-        raise IndexError(f"index {i} is out of bounds for axis {axis} with size {d}")
+      if not -d <= i < d:   # (Part 2 says why we differ from JAX here)
+        raise IndexError(
+            f"index {i} is out of bounds for axis {axis} with size {d} (JAX "
+            "would clamp it; autodidax raises, as NumPy does)")
       i %= d
       start.append(i); limit.append(i + 1); strides.append(1)
     axis += 1
@@ -604,6 +748,8 @@ def _unsupported_index(i) -> str:
 
 
 def _is_int_scalar(i) -> bool:
+  if type(i) is _np.ndarray:
+    return i.shape == () and i.dtype.kind in "iu"
   aval = getattr(i, "aval", None)
   return aval is not None and aval.shape == () and aval.dtype.kind in "iu"
 

@@ -305,6 +305,9 @@ class jit:
     if traced is None:
       flat_fun, out_tree = flatten_fun(fun_dyn, in_tree)
       jaxpr, consts = closed_to_call_jaxpr(*trace_to_jaxpr_dynamic(flat_fun, in_avals))
+      # A NumPy array the function closes over is read now, as JAX does:
+      # changing it later doesn't change what the compiled function computes.
+      consts = [c.copy() if type(c) is np.ndarray else c for c in consts]
       typecheck_jaxpr(jaxpr)
       traced = _Traced(jaxpr, consts, out_tree())
       self.trace_count += 1

@@ -56,7 +56,23 @@ def _select_n_abstract_eval(which, *cases):
   return ShapedArray(c0.shape, c0.dtype, all(c.weak_type for c in cases))
 
 
-impl_rules[select_n_p] = lax.typed_impl(select_n_p, _select_n_impl)
+_typed_select_n_impl = lax.typed_impl(select_n_p, _select_n_impl)
+
+
+def _select_n_eager(which, *cases):
+  """The impl, with a fast path for the common eager case (a bool mask and
+  two NumPy arrays of one type, which need no type check)."""
+  plain = lambda c: type(c) in lax.NUMPY_TYPES
+  if (len(cases) == 2 and type(which) is np.ndarray and which.dtype == np.bool_
+      and plain(cases[0]) and plain(cases[1])
+      and cases[0].dtype == cases[1].dtype and cases[0].shape == cases[1].shape
+      and which.shape in ((), cases[0].shape)
+      and cases[0].dtype in dtypes.SUPPORTED):
+    return np.where(which, cases[1], cases[0])
+  return _typed_select_n_impl(which, *cases)
+
+
+impl_rules[select_n_p] = _select_n_eager
 abstract_eval_rules[select_n_p] = _select_n_abstract_eval
 
 
@@ -131,7 +147,8 @@ def clamp(lo, x, hi):
 
 
 impl_rules[clamp_p] = lax.typed_impl(
-    clamp_p, lambda lo, x, hi: np.asarray(np.clip(x, lo, hi), np.result_type(x)))
+    clamp_p, lambda lo, x, hi: lax.python_scalar(
+        np.asarray(np.clip(x, lo, hi), np.result_type(x)), lo, x, hi))
 
 
 def _clamp_abstract_eval(lo, x, hi):
@@ -139,10 +156,12 @@ def _clamp_abstract_eval(lo, x, hi):
     if b.shape and b.shape != x.shape:
       raise TypeError(f"clamp: bounds must be scalars or shaped like the operand, got "
                       f"{b.str_short()} for {x.str_short()}")
-    if b.dtype != x.dtype:
+    # (a weakly typed bound, a Python scalar, may take x's dtype)
+    if b.dtype != x.dtype and lax.binary_dtype("clamp", x, b)[0] != x.dtype:
       raise TypeError(f"clamp: bound {b.str_short()} and operand {x.str_short()} have "
                       "different dtypes")
-  return raise_to_shaped(x)
+  return ShapedArray(x.shape, x.dtype,
+                     lo.weak_type and x.weak_type and hi.weak_type)
 
 
 abstract_eval_rules[clamp_p] = _clamp_abstract_eval
@@ -151,13 +170,22 @@ abstract_eval_rules[clamp_p] = _clamp_abstract_eval
 def _clamp_jvp(primals, tangents):
   lo, x, hi = primals
   out = clamp(lo, x, hi)
-  x_dot = tangents[1]
-  if type(x_dot) is Zero or np.result_type(get_aval(x).dtype).kind not in "fc":
+  if np.result_type(get_aval(x).dtype).kind not in "fc":
     return out, Zero.from_value(out)
-  # Strictly inside: at a bound the slope is 0, as in JAX.
-  inside = lax.bitwise_and(lax.greater(x, lo), lax.less(x, hi))
-  zeros = np.zeros(np.shape(out), get_aval(out).dtype)
-  return out, select_n(inside, zeros, x_dot)
+  # Whose tangent each element takes, as JAX's rule: x's strictly inside (at
+  # a bound the slope is 0), lo's where lo > x (and lo < hi), hi's where x > hi.
+  picks = (lax.bitwise_and(lax.greater(lo, x), lax.less(lo, hi)),
+           lax.bitwise_and(lax.greater(x, lo), lax.less(x, hi)),
+           lax.less(hi, x))
+  shape = np.shape(out)
+  full = lambda v: v if np.shape(v) == shape else lax.broadcast(
+      v, shape, range(len(shape)))   # (a scalar bound)
+  zeros = np.zeros(shape, get_aval(out).dtype)
+  t = Zero.from_value(out)
+  for pick, t_dot in zip(picks, tangents):
+    if type(t_dot) is not Zero:
+      t = ad.add_tangents(t, select_n(full(pick), zeros, full(t_dot)))
+  return out, t
 
 
 def _clamp_vmap(axis_size, vals_in, dims_in):
@@ -178,6 +206,8 @@ batching.vmap_rules[clamp_p] = _clamp_vmap
 
 def _clamp_lowering(ctx, lo, x, hi):
   alo, ax, ahi = ctx.avals_in
+  lo, hi = ctx.convert(lo, alo, ax.dtype), ctx.convert(hi, ahi, ax.dtype)
+  alo, ahi = alo.update(dtype=ax.dtype), ahi.update(dtype=ax.dtype)
   return ctx.emit(f"stablehlo.clamp {lo}, {x}, {hi} : ({mlir_type(alo)}, {mlir_type(ax)}, "
                   f"{mlir_type(ahi)}) -> {mlir_type(ctx.avals_out[0])}")
 

@@ -351,10 +351,13 @@ def scan(f, init, xs, length=None, reverse=False):
   x_avals = [shaped_abstractify(x) for x in xs_flat]
   x_avals = [a.update(shape=a.shape[1:]) for a in x_avals]
 
+  pair = []   # the type of f's pair: scan returns the same (as JAX's)
+
   def body(carry, x):
     out = f(carry, x)
     if not isinstance(out, (tuple, list)) or len(out) != 2:
       raise TypeError("scan: f must return a pair (new_carry, y)")
+    pair.append(type(out))
     return tuple(out)
 
   def trace(avals):
@@ -381,7 +384,12 @@ def scan(f, init, xs, length=None, reverse=False):
   _check_carry("scan", "f", init_tree, c_tree, init_avals, j.out_avals[:nc], strict=True)
   outs = scan_p.bind(*consts, *init_flat, *xs_flat, jaxpr=as_closed(j), num_consts=len(consts),
                      num_carry=nc, length=length, reverse=bool(reverse))
-  return tree_unflatten(c_tree, outs[:nc]), tree_unflatten(y_tree, outs[nc:])
+  carry = tree_unflatten(c_tree, outs[:nc])
+  ys = tree_unflatten(y_tree, outs[nc:])
+  kind = pair[-1]
+  if kind is tuple:
+    return carry, ys
+  return [carry, ys] if kind is list else kind(carry, ys)   # (a namedtuple)
 
 
 def _scan_impl(*args, jaxpr, num_consts, num_carry, length, reverse):
