@@ -30,7 +30,7 @@ fewer = settings(max_examples=4)   # reverse mode, or compiled by both jits
 @pytest.fixture(autouse=True)
 def context_is_reset():
   yield
-  assert sl.current_trace() is sl.eval_trace and core.bind_handler is None
+  assert sl.current_trace() is sl.eval_trace and core.hooks.design is core.levels
 
 
 def three_ways(ours_old, ours_new, theirs, program):
@@ -193,13 +193,14 @@ def test_jit_compiles_once_per_signature_and_runs_on_xla():
 
 
 def test_jit_stays_compiled_under_grad():
-  """The known half of jit's JVP runs as one jit_p bind; the tangent half is staged."""
+  """The known half of jit's JVP runs as one xla_call bind; the tangent half
+  is staged as another (Part 4's partial_eval_jaxpr rule for xla_call)."""
   f = sl.jit(lambda x: anp.sum(anp.sin(x) * x))
   with viz.record_dispatch() as rec:
     out = sl.grad(f)(np.arange(3.))
   np.testing.assert_allclose(out, jax.grad(lambda x: jnp.sum(jnp.sin(x) * x))(np.arange(3.)))
   handled = [(p.name, type(t).__name__) for t, p, *_ in rec.events]
-  assert ("jit", "EvalTrace") in handled
+  assert ("xla_call", "EvalTrace") in handled
   assert ("sin", "EvalTrace") not in handled   # sin ran inside XLA only
 
 
@@ -267,7 +268,7 @@ def test_vmap_with_no_or_unequal_sizes_says_so():
 def test_branching_on_a_staged_value_raises_and_restores_the_context():
   with pytest.raises(TypeError, match="DynamicJaxprTrace"):
     sl.jit(lambda x: x if x > 0 else -x)(1.0)
-  assert sl.current_trace() is sl.eval_trace and core.bind_handler is None
+  assert sl.current_trace() is sl.eval_trace and core.hooks.design is core.levels
 
 
 # --- The chapter's table of names ------------------------------------------------------------------

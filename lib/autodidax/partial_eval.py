@@ -13,7 +13,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .core import (Primitive, ShapedArray, Trace, Tracer, abstract_eval_rules,
-                   full_lower, full_raise, get_aval, new_dynamic, new_main, raise_to_shaped)
+                   current_design, full_lower, full_raise, get_aval, levels,
+                   new_dynamic, new_main, raise_to_shaped)
 from .jaxpr import (ClosedJaxpr, Jaxpr, JaxprEqn, JaxprTypeError, Lit, Var, as_shaped,
                     typecheck_jaxpr)
 
@@ -125,6 +126,16 @@ def trace_to_jaxpr_dynamic(f, in_avals, omnistaging: bool = True) -> tuple[Jaxpr
     outs = f(*tracers_in)
     tracers_out = [full_raise(trace, out) for out in outs]
     return builder.build(tracers_in, tracers_out)
+
+
+levels.trace_to_jaxpr = trace_to_jaxpr_dynamic   # see core.Design
+
+
+def trace_to_jaxpr(f, in_avals) -> tuple[Jaxpr, list]:
+  """Stage `f` with the running design: Part 2's `trace_to_jaxpr_dynamic`,
+  or, inside a transformation of autodidax.stackless, its staging trace.
+  Rules that trace functions (control flow, jit's) call this."""
+  return current_design().trace_to_jaxpr(f, in_avals)
 
 
 def trace_to_closed_jaxpr(f, in_avals, omnistaging: bool = True) -> ClosedJaxpr:
