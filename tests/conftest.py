@@ -43,5 +43,6 @@ def clean_interpreter_stack():
   assert core.trace_stack == [bottom] and core.trace_stack[0] is bottom, (
       f"the test left the interpreter stack as {core.trace_stack}")
   assert core.dynamic_trace is None, f"the test left dynamic_trace={core.dynamic_trace}"
-  assert core.hooks.design is core.levels and not core.hooks.observers, (
-      f"the test left bind hooks on: {core.hooks.design}, {core.hooks.observers}")
+  hooks = core.hooks
+  assert hooks.design is core.levels and not hooks.observers, (
+      f"the test left bind hooks on: {hooks.design}, {hooks.observers}")

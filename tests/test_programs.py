@@ -315,7 +315,7 @@ def tangents_like(xs, seed):
 seeds = st.integers(0, 2**31 - 1)
 
 
-# --- Programs with control flow ---------------------------------------------------------
+# --- Programs with control flow ----------------------------------------------
 # A program is a block: statements applied in turn to a carried vector x of
 # length CF_N, each of which may close over an outer vector w. Statements are
 # elementwise ops, and cond, switch, scan, fori_loop (static bounds: a scan),
@@ -335,7 +335,8 @@ CF_OPS = {
     "max_w": lambda np_, x, w: np_.maximum(x, np_.multiply(w, 0.5)),
     "couple": lambda np_, x, w: np_.add(x, np_.multiply(np_.sum(x), 0.25)),
 }
-FORWARD_ONLY = ("while", "fori_traced")   # a `while`: no reverse mode (nor JAX's)
+FORWARD_ONLY = ("while", "fori_traced")   # a `while`: no reverse mode (nor in
+                                          # JAX)
 
 
 def run_block(bk, block, x, w):
@@ -393,7 +394,8 @@ def _pp_block(block, indent):
       head, subs = f"switch on sum({args[0]})", [(f"branch {i}", b) for i, b in
                                                  enumerate(args[1])]
     elif kind == "scan":
-      head, subs = f"scan xs={list(args[1])} * w reverse={args[2]}", [("body", args[0])]
+      head = f"scan xs={list(args[1])} * w reverse={args[2]}"
+      subs = [("body", args[0])]
     elif kind == "fori":
       head, subs = f"fori_loop 0..{args[1]}", [("body", args[0])]
     else:
@@ -427,24 +429,28 @@ class CFProgram(NamedTuple):
 
 @st.composite
 def cf_blocks(draw, depth, reverse_mode, force_control_flow=False):
-  kinds = ["cond", "switch", "scan", "fori"] + ([] if reverse_mode else list(FORWARD_ONLY))
+  kinds = ["cond", "switch", "scan", "fori"]
+  kinds += [] if reverse_mode else list(FORWARD_ONLY)
   stmts = []
   for k in range(draw(st.integers(1, 3))):
-    control = depth > 0 and (force_control_flow and k == 0 or draw(st.booleans()))
+    control = depth > 0 and (force_control_flow and k == 0
+                             or draw(st.booleans()))
     kind = draw(st.sampled_from(kinds)) if control else "op"
     sub = lambda: draw(cf_blocks(depth - 1, reverse_mode))
     src = draw(st.sampled_from(["x", "w"]))
     if kind == "op":
       stmts.append(("op", draw(st.sampled_from(sorted(CF_OPS)))))
     elif kind == "cond":
-      stmts.append(("cond", src, draw(st.sampled_from([-0.5, 0.0, 0.7])), sub(), sub()))
+      thresh = draw(st.sampled_from([-0.5, 0.0, 0.7]))
+      stmts.append(("cond", src, thresh, sub(), sub()))
     elif kind == "switch":
-      stmts.append(("switch", src, tuple(sub() for _ in range(draw(st.integers(1, 3))))))
+      n = draw(st.integers(1, 3))
+      stmts.append(("switch", src, tuple(sub() for _ in range(n))))
     elif kind == "scan":
       # (length 0 is left out: jit of such a scan, with 2-D ys, fails in
       # XLA; issue 22 lists it among the library's own bugs)
-      coefs = tuple(draw(st.lists(st.sampled_from([-1.0, 0.5, 1.0, 2.0]), min_size=1,
-                                  max_size=3)))
+      coefs = tuple(draw(st.lists(st.sampled_from([-1.0, 0.5, 1.0, 2.0]),
+                                  min_size=1, max_size=3)))
       stmts.append(("scan", sub(), coefs, draw(st.booleans())))
     elif kind == "fori":
       stmts.append(("fori", sub(), draw(st.integers(0, 3))))
@@ -461,7 +467,8 @@ def cf_programs(depth=2, reverse_mode=False):
 def cf_inputs(seed, batch=(None, None)):
   """x and w, each with a leading batch axis of size B where `batch` says 0."""
   rng = np.random.default_rng(seed)
-  return [rng.uniform(-1.0, 1.0, (CF_N,) if ax is None else (B, CF_N)) for ax in batch]
+  return [rng.uniform(-1.0, 1.0, (CF_N,) if ax is None else (B, CF_N))
+          for ax in batch]
 
 
 # --- The tests (JAX's side is jitted: much faster than op by op) -----------------------------------------------------------------------------------

@@ -18,8 +18,9 @@ from autodidax import ad, core, lax, stackless as sl, viz
 from autodidax.control_flow import WhileLoopReverseModeError
 from autodidax.jaxpr import Var
 from test_autodiff import ad_programs, pack, scalar_fun, weights_for
-from test_programs import (OURS, THEIRS, assert_trees_close, cf_inputs, cf_programs,
-                           in_axes_for, inputs_for, programs, seeds, tangents_like, tol)
+from test_programs import (OURS, THEIRS, assert_trees_close, cf_inputs,
+                           cf_programs, in_axes_for, inputs_for, programs,
+                           seeds, tangents_like, tol)
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:jax.*")
 
@@ -32,7 +33,8 @@ fewer = settings(max_examples=4)   # reverse mode, or compiled by both jits
 @pytest.fixture(autouse=True)
 def context_is_reset():
   yield
-  assert sl.current_trace() is sl.eval_trace and core.hooks.design is core.levels
+  assert sl.current_trace() is sl.eval_trace
+  assert core.hooks.design is core.levels
 
 
 def three_ways(ours_old, ours_new, theirs, program):
@@ -206,7 +208,7 @@ def test_jit_stays_compiled_under_grad():
   assert ("sin", "EvalTrace") not in handled   # sin ran inside XLA only
 
 
-# --- Random programs with nested control flow -------------------------------------------
+# --- Random programs with nested control flow ---------------------------------
 # cond, switch, scan, fori_loop and while_loop nested in each other, closing
 # over an outer value w (test_programs.cf_programs). Each example runs in
 # both designs and in JAX, jitted. `reverse_mode=True` leaves out while loops.
@@ -239,7 +241,8 @@ def test_control_flow_make_jaxpr_and_jit(program, seed):
   """Both designs stage the same jaxpr, and jit runs it through XLA."""
   note(str(program))
   x, w = cf_inputs(seed)
-  assert str(sl.make_jaxpr(program.ours)(x, w)) == str(adx.make_jaxpr(program.ours)(x, w))
+  staged = [str(T.make_jaxpr(program.ours)(x, w)) for T in (sl, adx)]
+  assert staged[0] == staged[1]
   cf_three_ways(lambda T, f: T.jit(f)(x, w), program)
 
 
@@ -261,9 +264,10 @@ def test_control_flow_forward_compositions(program, seed, in_axes):
   note(str(program))
   xb, wb = cf_inputs(seed, in_axes)
   tb, ub = cf_inputs(seed + 1, in_axes)
-  cf_three_ways(lambda T, f: T.jvp(T.vmap(f, in_axes), (xb, wb), (tb, ub)), program)
-  cf_three_ways(lambda T, f: T.vmap(lambda *a: T.jvp(f, a[:2], a[2:]), in_axes * 2)(
-      xb, wb, tb, ub), program)
+  cf_three_ways(lambda T, f: T.jvp(T.vmap(f, in_axes), (xb, wb), (tb, ub)),
+                program)
+  cf_three_ways(lambda T, f: T.vmap(lambda *a: T.jvp(f, a[:2], a[2:]),
+                                    in_axes * 2)(xb, wb, tb, ub), program)
   x, w = cf_inputs(seed + 2)
   cf_three_ways(lambda T, f: T.jvp(T.jit(f), (x, w), (w, x)), program)
   cf_three_ways(lambda T, f: T.vmap(T.jit(f), in_axes)(xb, wb), program)
@@ -273,7 +277,8 @@ def test_control_flow_forward_compositions(program, seed, in_axes):
 # every element, also where the branch was not taken and its residuals are
 # the zeros that fill its slots: the inf or nan it computes there is dropped
 # by select_n (as in JAX, where XLA does not warn).
-@pytest.mark.filterwarnings("ignore:(divide by zero|invalid value):RuntimeWarning")
+@pytest.mark.filterwarnings(
+    "ignore:(divide by zero|invalid value):RuntimeWarning")
 @fewer
 @given(cf_programs(reverse_mode=True), seeds, batch_axes)
 def test_control_flow_reverse_mode(program, seed, in_axes):
@@ -281,12 +286,13 @@ def test_control_flow_reverse_mode(program, seed, in_axes):
   x, w = cf_inputs(seed)
   v, t = cf_inputs(seed + 1)
   cf_three_ways(lambda T, f: grad_x(T, f, v, w)(x), program)
-  cf_three_ways(lambda T, f: T.grad(lambda x: T.jit(total(T, f, v))(x, w))(x), program)
+  cf_three_ways(lambda T, f: T.grad(lambda x: T.jit(total(T, f, v))(x, w))(x),
+                program)
   cf_three_ways(lambda T, f: T.jit(grad_x(T, f, v, w))(x), program)
   cf_three_ways(lambda T, f: T.jvp(grad_x(T, f, v, w), (x,), (t,)), program)
   xb, wb = cf_inputs(seed + 2, in_axes)
-  cf_three_ways(lambda T, f: T.vmap(lambda x, w: grad_x(T, f, v, w)(x), in_axes)(xb, wb),
-                program)
+  cf_three_ways(lambda T, f: T.vmap(lambda x, w: grad_x(T, f, v, w)(x),
+                                    in_axes)(xb, wb), program)
 
 
 @settings(max_examples=3)
@@ -301,8 +307,8 @@ def test_control_flow_grad_of_grad(program, seed):
 
 
 def test_while_loop_has_no_reverse_mode_in_either_design():
-  f = lambda x: lax.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, anp.sin(c[1])),
-                               (0, x))[1]
+  f = lambda x: lax.while_loop(lambda c: c[0] < 3,
+                               lambda c: (c[0] + 1, anp.sin(c[1])), (0, x))[1]
   for T in (adx, sl):
     with pytest.raises(WhileLoopReverseModeError, match="while_loop"):
       T.grad(f)(0.5)
@@ -373,7 +379,38 @@ def test_vmap_with_no_or_unequal_sizes_says_so():
 def test_branching_on_a_staged_value_raises_and_restores_the_context():
   with pytest.raises(TypeError, match="DynamicJaxprTrace"):
     sl.jit(lambda x: x if x > 0 else -x)(1.0)
-  assert sl.current_trace() is sl.eval_trace and core.hooks.design is core.levels
+  assert sl.current_trace() is sl.eval_trace
+  assert core.hooks.design is core.levels
+
+
+CONVERSIONS = {"float": float, "int": int, "bool": bool,
+               "if": lambda t: 1.0 if t else 0.0}
+
+
+@pytest.mark.parametrize("how", ["jit", "vmap"])
+@pytest.mark.parametrize("name", list(CONVERSIONS))
+def test_concretizing_a_tracer_raises_a_concretization_error(name, how):
+  """As in JAX (whose ConcretizationTypeError is a TypeError), saying what
+  to do instead; and the context is restored."""
+  convert = CONVERSIONS[name]
+  f = lambda x: x * convert(x)
+  run = {"jit": lambda T: T.jit(f)(1.5),
+         "vmap": lambda T: T.vmap(f)(np.ones(2))}[how]
+  with pytest.raises(TypeError):
+    run(jax)
+  trace = {"jit": "DynamicJaxprTrace", "vmap": "BatchTrace"}[how]
+  with pytest.raises(core.ConcretizationError, match=f"{trace}.*lax.cond"):
+    run(sl)
+
+
+def test_grad_rejects_integer_inputs_and_outputs_as_jax_does():
+  for T in (sl, jax):
+    with pytest.raises(TypeError, match="grad requires"):
+      T.grad(lambda x: x * 2.)(3)
+    with pytest.raises(TypeError, match="grad requires"):
+      T.grad(lambda x: x > 0)(3.)
+    with pytest.raises(TypeError, match="grad requires"):
+      T.grad(lambda x: (x * 2.).astype(np.int32))(3.)
 
 
 # --- The chapter's table of names ------------------------------------------------------------------

@@ -55,7 +55,7 @@ class Primitive:
     return self.name
 
   def bind(self, *args, **params):
-    outs = hooks.bind(self, args, params)   # `bind` below, unless a hook takes it
+    outs = hooks.bind(self, args, params)   # `bind` below, or a hook
     return outs if self.multiple_results else outs[0]
 
   # JAX's spellings of `impl_rules[prim] = rule` and `abstract_eval_rules[...]`.
@@ -436,7 +436,7 @@ class EvalTrace(Trace):
 trace_stack.append(MainTrace(0, EvalTrace, None))
 
 
-# --- Hooks: all that may take a bind besides `bind` ------------------------------
+# --- Hooks: all that may take a bind besides `bind` -------------------------
 # Parts 1-4 need only `bind` above. `Primitive.bind` calls `hooks.bind`, which
 # adds the three things below; none of them changes a result.
 
@@ -528,7 +528,8 @@ class BindHooks:
   def quiet(self) -> bool:
     """No hook is on and nothing is staged: a bind of plain arrays would
     only run its impl rule (jit's fast path asks this too)."""
-    return self.design is levels and not self.observers and dynamic_trace is None
+    return (self.design is levels and not self.observers
+            and dynamic_trace is None)
 
   def _observed(self, prim, args, params) -> list:
     event = BindEvent(prim, find_top_trace(args).main, args, params, self.depth,
@@ -581,5 +582,6 @@ def current_design() -> Design:
 
 
 def observe_binds(callback: Callable):
-  """`with observe_binds(f):` calls `f(event: BindEvent)` as each bind starts."""
+  """`with observe_binds(f):` calls `f(event)` (a BindEvent) as each bind
+  starts."""
   return hooks.observing(callback)

@@ -41,8 +41,10 @@ from . import ad, batching, core
 from . import partial_eval as pe
 from .ad import JVPTracer, UndefPrimal, Zero, instantiate_zeros
 from .batching import BatchTracer, not_mapped
-from .core import Primitive, abstract_eval_rules, get_aval, impl_rules, raise_to_shaped
-from .jaxpr import ClosedJaxpr, Jaxpr, JaxprEqn, Lit, Var, as_shaped, eval_jaxpr, has_jaxpr
+from .core import (Primitive, abstract_eval_rules, get_aval, impl_rules,
+                   raise_to_shaped)
+from .jaxpr import (ClosedJaxpr, Jaxpr, JaxprEqn, Lit, Var, as_shaped,
+                    eval_jaxpr, has_jaxpr)
 from .partial_eval import DynamicJaxprTracer
 from .tree_util import tree_flatten, tree_unflatten
 from .util import unzip2
@@ -63,7 +65,8 @@ class Trace:
     raise NotImplementedError
 
   def __repr__(self):
-    return f"{type(self).__name__}#{self.serial}{'' if self.live else ' (finished)'}"
+    state = "" if self.live else " (finished)"
+    return f"{type(self).__name__}#{self.serial}{state}"
 
 
 class EvalTrace(Trace):
@@ -158,7 +161,8 @@ class JVPTrace(Trace):
     if all(type(t) is Zero for t in tangents):
       return bind_with_trace(self.parent, prim, primals, params)
     with set_current_trace(self.parent):
-      primals_out, tangents_out = ad.jvp_rules[prim](primals, tangents, **params)
+      primals_out, tangents_out = ad.jvp_rules[prim](primals, tangents,
+                                                     **params)
     if not prim.multiple_results:
       primals_out, tangents_out = [primals_out], [tangents_out]
     return [p if type(t) is Zero else JVPTracer(self, p, t)
@@ -204,7 +208,8 @@ class BatchTrace(Trace):
     if all(d is not_mapped for d in dims):
       return bind_with_trace(self.parent, prim, vals, params)
     with set_current_trace(self.parent):
-      outs, dims_out = batching.vmap_rules[prim](self.axis_size, vals, dims, **params)
+      outs, dims_out = batching.vmap_rules[prim](self.axis_size, vals, dims,
+                                                 **params)
     if not prim.multiple_results:
       outs, dims_out = [outs], [dims_out]
     return [x if d is not_mapped else BatchTracer(self, x, d)
@@ -216,7 +221,8 @@ def vmap_flat(f, in_dims, *args):
   (`not_mapped`: not mapped); the outputs, their batch axes, the size."""
   sizes = {np.shape(x)[d] for x, d in zip(args, in_dims) if d is not not_mapped}
   if len(sizes) != 1:
-    raise ValueError(f"vmap needs one mapped axis size, got {sorted(sizes) or 'none'}")
+    raise ValueError("vmap needs one mapped axis size, got "
+                     f"{sorted(sizes) or 'none'}")
   size, = sizes
   with running(BatchTrace(_current, size)) as trace:
     with set_current_trace(trace):
@@ -230,10 +236,12 @@ def vmap(f, in_axes=0):
   """Map `f` over axis `in_axes[i]` of argument i (None: not mapped); the
   outputs are mapped along their axis 0."""
   def batched(*args):
-    axes = in_axes if isinstance(in_axes, (tuple, list)) else (in_axes,) * len(args)
+    axes = (in_axes if isinstance(in_axes, (tuple, list))
+            else (in_axes,) * len(args))
     flat, in_tree = tree_flatten(args)
-    dims = [not_mapped if ax is None else ax % np.ndim(x)   # per leaf: its argument's
-            for arg, ax in zip(args, axes) for x in tree_flatten(arg)[0]]
+    dims = [not_mapped if ax is None else ax % np.ndim(x)   # each leaf: its
+            for arg, ax in zip(args, axes)                   # argument's axis
+            for x in tree_flatten(arg)[0]]
     out_tree = []
 
     def flat_f(*xs):
@@ -281,7 +289,8 @@ class DynamicJaxprTrace(Trace):
     return self.consts[id(x)][0]
 
   def process_primitive(self, prim, args, params):
-    own = any(isinstance(x, DynamicJaxprTracer) and x._trace is self for x in args)
+    own = any(isinstance(x, DynamicJaxprTracer) and x._trace is self
+              for x in args)
     if self.parent is not None and not own:
       return bind_with_trace(self.parent, prim, args, params)
     ins = [self.to_jaxpr_tracer(x) for x in args]
@@ -338,9 +347,10 @@ def jit(f):
         outs, tree = tree_flatten(f(*tree_unflatten(in_tree, xs)))
         out_tree.append(tree)
         return outs
-      staged = *closed_to_call_jaxpr(*trace_to_jaxpr(flat_f, key[1])), out_tree[0]
+      jaxpr, consts = closed_to_call_jaxpr(*trace_to_jaxpr(flat_f, key[1]))
+      staged = jaxpr, consts, out_tree[0]
       if not any(isinstance(c, core.Tracer) for c in staged[1]):
-        cache[key] = staged   # (a closed-over tracer is only good for this call)
+        cache[key] = staged   # (a closed-over tracer: good for this call only)
     jaxpr, consts, out_tree = staged
     outs = xla_call_p.bind(*consts, *flat, jaxpr=jaxpr, num_consts=len(consts),
                            name=name)
@@ -423,7 +433,8 @@ linearize_rules: dict = {}   # JAX: primitive_linearizations
 def linearize_jaxpr(f, *primals):
   """(primal outputs, linear jaxpr, its constants, output tree)."""
   flat, in_tree = tree_flatten(primals)
-  with running(LinearizeTrace(_current)) as trace, running(trace.tangent_trace) as tt:
+  with running(LinearizeTrace(_current)) as trace, \
+       running(trace.tangent_trace) as tt:
     t_in = [tt.new_arg(raise_to_shaped(get_aval(x))) for x in flat]
     ins = [JVPTracer(trace, x, t) for x, t in zip(flat, t_in)]
     outs, out_tree = _call(f, trace, in_tree, ins)
@@ -435,7 +446,8 @@ def linearize_jaxpr(f, *primals):
 def linearize(f, *primals):
   p_out, jaxpr, consts, out_tree = linearize_jaxpr(f, *primals)
   def f_jvp(*tangents):
-    return tree_unflatten(out_tree, eval_jaxpr(jaxpr, consts, *tree_flatten(tangents)[0]))
+    outs = eval_jaxpr(jaxpr, consts, *tree_flatten(tangents)[0])
+    return tree_unflatten(out_tree, outs)
   return tree_unflatten(out_tree, p_out), f_jvp
 
 
@@ -444,7 +456,8 @@ def vjp(f, *primals):
   in_tree = tree_flatten(primals)[1]
   def f_vjp(cts):
     undefined = [UndefPrimal(v.aval) for v in jaxpr.invars]
-    cts_in = ad.backward_pass(jaxpr, [*consts, *undefined], tree_flatten(cts)[0])
+    cts_in = ad.backward_pass(jaxpr, [*consts, *undefined],
+                              tree_flatten(cts)[0])
     return tree_unflatten(in_tree, map(instantiate_zeros, cts_in))
   return tree_unflatten(out_tree, p_out), f_vjp
 
@@ -456,8 +469,9 @@ def grad(f):
     for leaf in tree_flatten(x)[0]:
       if not np.issubdtype(get_aval(leaf).dtype, np.inexact):
         raise TypeError(
-            f"grad requires floating-point inputs, but got {get_aval(leaf).dtype.name}. "
-            "Convert the input to a float, or use vjp.")
+            "grad requires floating-point inputs, but got "
+            f"{get_aval(leaf).dtype.name}. Convert the input to a float, or "
+            "use vjp.")
     out, f_vjp = vjp(lambda x: f(x, *rest), x)
     aval = get_aval(out)
     if aval.shape != ():
@@ -472,53 +486,63 @@ def grad(f):
 
 # --- This design's entry points, for the rules of higher-order primitives --
 
-design = core.Design("stackless", bind=bind_current, trace_to_jaxpr=trace_to_jaxpr,
-                     jvp=jvp_flat, vmap=vmap_flat)
+design = core.Design("stackless", bind=bind_current,
+                     trace_to_jaxpr=trace_to_jaxpr, jvp=jvp_flat,
+                     vmap=vmap_flat)
 
 
 # --- Where each piece lives in JAX today -----------------------------------
-# (concept, the name in Parts 1-4, the name here, the name under jax._src); each
-# name is a real attribute: the chapter and tests/test_stackless.py resolve them.
+# (concept, the name in Parts 1-4, the name here, the name under jax._src);
+# each name is a real attribute: the chapter and tests/test_stackless.py
+# resolve them.
 
 JAX_NAMES = [
-    ("a primitive and its bind", "core.Primitive", "core.Primitive", "core.Primitive"),
+    ("a primitive and its bind", "core.Primitive", "core.Primitive",
+     "core.Primitive"),
     ("an interpreter", "core.Trace", "stackless.Trace", "core.Trace"),
-    ("its identity (the tag)", "core.MainTrace", "stackless.Trace", "core.TraceTag"),
+    ("its identity (the tag)", "core.MainTrace", "stackless.Trace",
+     "core.TraceTag"),
     ("a boxed value", "core.Tracer", "core.Tracer", "core.Tracer"),
     ("who handles a bind", "core.find_top_trace", "stackless.current_trace",
      "core.find_top_trace"),
-    ("starting a transformation", "core.new_main", "stackless.set_current_trace",
-     "core.set_current_trace"),
-    ("a rule picks where its binds go", "core.full_raise", "stackless.bind_with_trace",
-     "core.take_current_trace"),
+    ("starting a transformation", "core.new_main",
+     "stackless.set_current_trace", "core.set_current_trace"),
+    ("a rule picks where its binds go", "core.full_raise",
+     "stackless.bind_with_trace", "core.take_current_trace"),
     ("evaluation", "core.EvalTrace", "stackless.EvalTrace", "core.EvalTrace"),
-    ("forward mode", "ad.JVPTrace", "stackless.JVPTrace", "interpreters.ad.JVPTrace"),
-    ("JVP rules", "ad.jvp_rules", "ad.jvp_rules", "interpreters.ad.primitive_jvps"),
+    ("forward mode", "ad.JVPTrace", "stackless.JVPTrace",
+     "interpreters.ad.JVPTrace"),
+    ("JVP rules", "ad.jvp_rules", "ad.jvp_rules",
+     "interpreters.ad.primitive_jvps"),
     ("a symbolic zero tangent", "ad.Zero", "ad.Zero", "interpreters.ad.Zero"),
     ("vectorizing", "batching.BatchTrace", "stackless.BatchTrace",
      "interpreters.batching.BatchTrace"),
     ("batching rules", "batching.vmap_rules", "batching.vmap_rules",
      "interpreters.batching.primitive_batchers"),
-    ("abstract values", "core.ShapedArray", "core.ShapedArray", "core.ShapedArray"),
+    ("abstract values", "core.ShapedArray", "core.ShapedArray",
+     "core.ShapedArray"),
     ("the IR", "jaxpr.Jaxpr", "jaxpr.Jaxpr", "core.Jaxpr"),
-    ("running a jaxpr", "jaxpr.eval_jaxpr", "jaxpr.eval_jaxpr", "core.eval_jaxpr"),
+    ("running a jaxpr", "jaxpr.eval_jaxpr", "jaxpr.eval_jaxpr",
+     "core.eval_jaxpr"),
     ("staging (make_jaxpr, jit)", "partial_eval.DynamicJaxprTrace",
-     "stackless.DynamicJaxprTrace", "interpreters.partial_eval.DynamicJaxprTrace"),
+     "stackless.DynamicJaxprTrace",
+     "interpreters.partial_eval.DynamicJaxprTrace"),
     ("omnistaging", "core.new_dynamic", "stackless.set_current_trace",
      "core.set_current_trace"),
-    ("partial evaluation", "partial_eval.PartialEvalTrace", "stackless.DynamicJaxprTrace",
-     "interpreters.partial_eval.JaxprTrace"),
-    ("known or unknown", "partial_eval.PartialVal", "stackless.DynamicJaxprTrace",
-     "interpreters.partial_eval.PartialVal"),
+    ("partial evaluation", "partial_eval.PartialEvalTrace",
+     "stackless.DynamicJaxprTrace", "interpreters.partial_eval.JaxprTrace"),
+    ("known or unknown", "partial_eval.PartialVal",
+     "stackless.DynamicJaxprTrace", "interpreters.partial_eval.PartialVal"),
     ("jit's primitive", "xla.xla_call_p", "xla.xla_call_p", "pjit.jit_p"),
-    ("lowering rules", "lowering.register_lowering", "lowering.register_lowering",
-     "interpreters.mlir.register_lowering"),
+    ("lowering rules", "lowering.register_lowering",
+     "lowering.register_lowering", "interpreters.mlir.register_lowering"),
     ("linearize", "api.linearize", "stackless.LinearizeTrace",
      "interpreters.ad.LinearizeTrace"),
     ("per-primitive linearization", "partial_eval.partial_eval_jaxpr",
      "stackless.linearize_rules", "interpreters.ad.primitive_linearizations"),
     ("linearizing a higher-order primitive", "partial_eval.partial_eval_jaxpr",
-     "stackless.linearize_by_partial_eval", "interpreters.ad.fallback_linearize_rule"),
+     "stackless.linearize_by_partial_eval",
+     "interpreters.ad.fallback_linearize_rule"),
     ("a linear input being transposed", "ad.UndefPrimal", "ad.UndefPrimal",
      "interpreters.ad.UndefinedPrimal"),
     ("transpose rules", "ad.transpose_rules", "ad.transpose_rules",

@@ -166,12 +166,14 @@ def jvp_jaxpr(jaxpr: Jaxpr) -> tuple[Jaxpr, list]:
 
   def jvp_traceable(*primals_and_tangents):
     primals, tangents = primals_and_tangents[:n], primals_and_tangents[n:]
-    outs, tangents_out = current_design().jvp(   # ad.jvp_flat, in Parts 1-4
+    # Part 1's ad.jvp_flat; inside a stackless transformation, its own
+    outs, tangents_out = current_design().jvp(
         lambda *xs: eval_jaxpr(jaxpr, [], *xs), primals, tangents)
     return [*outs, *map(ad.instantiate_zeros, tangents_out)]
 
   in_avals = jaxpr.in_avals
-  return closed_to_call_jaxpr(*trace_to_jaxpr(jvp_traceable, in_avals + in_avals))
+  return closed_to_call_jaxpr(*trace_to_jaxpr(jvp_traceable,
+                                              in_avals + in_avals))
 
 
 def _xla_call_jvp(primals, tangents, *, jaxpr, num_consts, **params):
@@ -192,7 +194,8 @@ def vmap_jaxpr(jaxpr: Jaxpr, axis_size: int, bdims_in: tuple) -> tuple[Jaxpr, li
   bdims = [batching.not_mapped if d is None else d for d in bdims_in]
 
   def batched(*args):
-    outs, out_dims, _ = current_design().vmap(   # batching.vmap_flat, in Parts 1-4
+    # Part 1's batching.vmap_flat; inside a stackless transformation, its own
+    outs, out_dims, _ = current_design().vmap(
         lambda *xs: eval_jaxpr(jaxpr, [], *xs), bdims, *args)
     return [batching.move_batch_axis(axis_size, d, 0, x) for x, d in zip(outs, out_dims)]
 
@@ -464,7 +467,8 @@ def transpose_jaxpr(jaxpr: Jaxpr, undefined: tuple) -> tuple[Jaxpr, list]:
     primals = [ad.UndefPrimal(a) if u else next(res) for a, u in zip(avals_in, undefined)]
     return [ad.instantiate_zeros(ct) for ct in ad.backward_pass(jaxpr, primals, cts)]
 
-  return closed_to_call_jaxpr(*trace_to_jaxpr(transposed, res_avals + avals_out))
+  return closed_to_call_jaxpr(*trace_to_jaxpr(transposed,
+                                              res_avals + avals_out))
 
 
 def _xla_call_transpose(cts, *invals, jaxpr, num_consts, **params):

@@ -8,8 +8,8 @@ import numpy as np
 from .. import ad, batching, dtypes, lax, lowering
 from ..ad import Zero, instantiate_zeros
 from ..batching import move_batch_axis, not_mapped
-from ..core import (Primitive, ShapedArray, Tracer, abstract_eval_rules, current_design,
-                    get_aval, impl_rules, raise_to_shaped)
+from ..core import (Primitive, ShapedArray, Tracer, abstract_eval_rules,
+                    current_design, get_aval, impl_rules, raise_to_shaped)
 from ..jaxpr import ClosedJaxpr, Jaxpr, Var, eval_jaxpr
 from ..lowering import mlir_type
 from ..partial_eval import trace_to_jaxpr
@@ -293,8 +293,8 @@ def batch_jaxpr(jaxpr: Jaxpr, axis_size: int, in_batched: tuple, force: tuple):
   def fun(*args):
     if any(in_batched):
       dims = [0 if b else not_mapped for b in in_batched]
-      outs, dims_out, _ = current_design().vmap(lambda *xs: eval_jaxpr(jaxpr, [], *xs),
-                                                dims, *args)
+      outs, dims_out, _ = current_design().vmap(
+          lambda *xs: eval_jaxpr(jaxpr, [], *xs), dims, *args)
     else:
       outs = eval_jaxpr(jaxpr, [], *args)
       dims_out = [not_mapped] * len(outs)
