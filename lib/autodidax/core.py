@@ -223,13 +223,12 @@ class ConcretizationError(TypeError):
     trace = type(tracer._trace).__name__
     super().__init__(
         f"A tracer (a value traced by {trace}) has no concrete value here (it is "
-        f"{tracer.aval.str_short()}), so Python can't turn it into {what}. "
-        "This happens with `if x > 0:`, `while`, or float(x) on a traced value. "
-        "For a data-dependent choice use lax.cond (or lax.while_loop), or "
-        "compute both branches and blend them with a mask, e.g. "
-        "`m = (x > 0).astype(x.dtype); m * a + (1 - m) * b`; to change a "
-        "dtype use x.astype; or keep the value out of the transformation (for "
-        "vmap: in_axes=None).")
+        f"{tracer.aval.str_short()}), so Python can't turn it into {what}, as "
+        "`if x > 0:`, `while` or float(x) would need. Stage the choice with "
+        "lax.cond or lax.while_loop, or compute both branches and blend them "
+        "with a mask (m * a + (1 - m) * b, with m = (x > 0).astype(x.dtype)); "
+        "change dtypes with x.astype; or keep the value out of the "
+        "transformation (vmap: in_axes=None).")
 
 
 class EscapedTracerError(RuntimeError):
