@@ -369,6 +369,12 @@ def test_escaped_tracer_is_reported():
     sl.jvp(lambda y: saved[0] * y, (1.,), (1.,))
 
 
+def test_mixing_the_two_designs_says_so():
+  for outer, inner in ((sl, adx), (adx, sl)):
+    with pytest.raises(core.EscapedTracerError, match="one design at a time"):
+      outer.vmap(lambda x: inner.jvp(anp.sin, (x,), (1.,)))(np.ones(2))
+
+
 def test_vmap_with_no_or_unequal_sizes_says_so():
   with pytest.raises(ValueError, match=r"one mapped axis size, got \[2, 3\]"):
     sl.vmap(lambda x, y: x + y)(np.ones(2), np.ones(3))

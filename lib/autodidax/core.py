@@ -531,8 +531,8 @@ class BindHooks:
             and dynamic_trace is None)
 
   def _observed(self, prim, args, params) -> list:
-    event = BindEvent(prim, find_top_trace(args).main, args, params, self.depth,
-                      tuple(trace_stack))
+    event = BindEvent(prim, find_top_trace(args).main, args, params,
+                      self.depth, tuple(trace_stack))
     for observe in list(self.observers):
       observe(event)
     self.depth += 1

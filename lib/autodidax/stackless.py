@@ -23,12 +23,14 @@ jit's jaxpr) call the running design's entry points (`core.Design`); this
 module's `design` supplies ours while one of our transformations runs. So a
 new higher-order primitive works in both designs once it has the usual rules:
 impl, abstract eval, JVP, batching, transpose, lowering, and Part 4's
-`partial_eval.partial_eval_jaxpr_rules` (and `partial_eval_rules` for the
-levels). Its rules trace functions with `partial_eval.trace_to_jaxpr` and
+`partial_eval.partial_eval_jaxpr_rules` (its `partial_eval_rules` entry, for
+the levels, is then two lines: `partial_eval.partial_eval_by_jaxpr_rule`, as
+for cond). Its rules trace functions with `partial_eval.trace_to_jaxpr` and
 transform jaxprs with `core.current_design()` (as `control_flow.common`'s
 `jvp_jaxpr` and `batch_jaxpr` do). `LinearizeTrace` linearizes it by partial
 evaluation of its JVP (`linearize_by_partial_eval`), because its params hold
-a jaxpr; a primitive that needs another way registers one in `linearize_rules`.
+a jaxpr; a primitive that needs another way registers one in
+`linearize_rules`.
 """
 from __future__ import annotations
 
