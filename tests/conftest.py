@@ -43,3 +43,6 @@ def clean_interpreter_stack():
   assert core.trace_stack == [bottom] and core.trace_stack[0] is bottom, (
       f"the test left the interpreter stack as {core.trace_stack}")
   assert core.dynamic_trace is None, f"the test left dynamic_trace={core.dynamic_trace}"
+  hooks = core.hooks
+  assert hooks.design is core.levels and not hooks.observers, (
+      f"the test left bind hooks on: {hooks.design}, {hooks.observers}")

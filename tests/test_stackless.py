@@ -1,6 +1,7 @@
 """autodidax.stackless (the chapter "JAX today"): the context-based design must
 give the same results as the level-based one of Parts 1-4 and as JAX, on random
-programs under every transformation stack; keep nested derivatives apart by
+programs (straight-line, and with nested control flow) under every
+transformation stack; stage the same jaxprs; keep nested derivatives apart by
 their trace tags; and name only JAX pieces that the installed jax has."""
 import importlib
 
@@ -13,15 +14,17 @@ from hypothesis import strategies as st
 
 import autodidax as adx
 import autodidax.numpy as anp
-from autodidax import ad, core, stackless as sl, viz
+from autodidax import ad, core, lax, stackless as sl, viz
+from autodidax.control_flow import WhileLoopReverseModeError
 from autodidax.jaxpr import Var
 from test_autodiff import ad_programs, pack, scalar_fun, weights_for
-from test_programs import (OURS, THEIRS, assert_trees_close, in_axes_for, inputs_for,
-                           programs, seeds, tangents_like, tol)
+from test_programs import (OURS, THEIRS, assert_trees_close, cf_inputs,
+                           cf_programs, in_axes_for, inputs_for, programs,
+                           seeds, tangents_like, tol)
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:jax.*")
 
-# Few examples each (the file should take well under a minute); JAX's side is
+# Few examples each (the file takes about a minute and a half); JAX's side is
 # jitted, much faster than op by op. test_programs & co. cover the old design.
 few = settings(max_examples=8)
 fewer = settings(max_examples=4)   # reverse mode, or compiled by both jits
@@ -30,7 +33,8 @@ fewer = settings(max_examples=4)   # reverse mode, or compiled by both jits
 @pytest.fixture(autouse=True)
 def context_is_reset():
   yield
-  assert sl.current_trace() is sl.eval_trace and core.bind_handler is None
+  assert sl.current_trace() is sl.eval_trace
+  assert core.hooks.design is core.levels
 
 
 def three_ways(ours_old, ours_new, theirs, program):
@@ -193,14 +197,122 @@ def test_jit_compiles_once_per_signature_and_runs_on_xla():
 
 
 def test_jit_stays_compiled_under_grad():
-  """The known half of jit's JVP runs as one jit_p bind; the tangent half is staged."""
+  """The known half of jit's JVP runs as one xla_call bind; the tangent half
+  is staged as another (Part 4's partial_eval_jaxpr rule for xla_call)."""
   f = sl.jit(lambda x: anp.sum(anp.sin(x) * x))
   with viz.record_dispatch() as rec:
     out = sl.grad(f)(np.arange(3.))
   np.testing.assert_allclose(out, jax.grad(lambda x: jnp.sum(jnp.sin(x) * x))(np.arange(3.)))
   handled = [(p.name, type(t).__name__) for t, p, *_ in rec.events]
-  assert ("jit", "EvalTrace") in handled
+  assert ("xla_call", "EvalTrace") in handled
   assert ("sin", "EvalTrace") not in handled   # sin ran inside XLA only
+
+
+# --- Random programs with nested control flow ---------------------------------
+# cond, switch, scan, fori_loop and while_loop nested in each other, closing
+# over an outer value w (test_programs.cf_programs). Each example runs in
+# both designs and in JAX, jitted. `reverse_mode=True` leaves out while loops.
+
+CF_TOL = 1e-8
+batch_axes = st.sampled_from([(0, 0), (0, None), (None, 0)])
+
+
+def cf_three_ways(run, program):
+  """`run(T, f)` with T one of adx, sl, jax and f the program in T's numpy:
+  both designs agree with JAX (jitted)."""
+  theirs = jax.jit(lambda: run(jax, program.theirs))()
+  assert_trees_close(run(sl, program.ours), theirs, CF_TOL)
+  assert_trees_close(run(adx, program.ours), theirs, CF_TOL)
+
+
+def total(T, f, v):   # a scalar: <f(x, w), v>
+  np_ = jnp if T is jax else anp
+  return lambda x, w: np_.sum(f(x, w) * v)
+
+
+def grad_x(T, f, v, w):
+  """The gradient in x of <f(x, w), v>, with grad's signature in each design."""
+  return T.grad(lambda x: total(T, f, v)(x, w))
+
+
+@few
+@given(cf_programs(), seeds)
+def test_control_flow_make_jaxpr_and_jit(program, seed):
+  """Both designs stage the same jaxpr, and jit runs it through XLA."""
+  note(str(program))
+  x, w = cf_inputs(seed)
+  staged = [str(T.make_jaxpr(program.ours)(x, w)) for T in (sl, adx)]
+  assert staged[0] == staged[1]
+  cf_three_ways(lambda T, f: T.jit(f)(x, w), program)
+
+
+@few
+@given(cf_programs(), seeds, batch_axes)
+def test_control_flow_forward_mode_and_vmap(program, seed, in_axes):
+  note(str(program))
+  x, w = cf_inputs(seed)
+  tx, tw = cf_inputs(seed + 1)
+  cf_three_ways(lambda T, f: T.jvp(f, (x, w), (tx, tw)), program)
+  xb, wb = cf_inputs(seed + 2, in_axes)
+  cf_three_ways(lambda T, f: T.vmap(f, in_axes)(xb, wb), program)
+  cf_three_ways(lambda T, f: T.linearize(lambda x: f(x, w), x)[1](tx), program)
+
+
+@fewer
+@given(cf_programs(), seeds, batch_axes)
+def test_control_flow_forward_compositions(program, seed, in_axes):
+  note(str(program))
+  xb, wb = cf_inputs(seed, in_axes)
+  tb, ub = cf_inputs(seed + 1, in_axes)
+  cf_three_ways(lambda T, f: T.jvp(T.vmap(f, in_axes), (xb, wb), (tb, ub)),
+                program)
+  cf_three_ways(lambda T, f: T.vmap(lambda *a: T.jvp(f, a[:2], a[2:]),
+                                    in_axes * 2)(xb, wb, tb, ub), program)
+  x, w = cf_inputs(seed + 2)
+  cf_three_ways(lambda T, f: T.jvp(T.jit(f), (x, w), (w, x)), program)
+  cf_three_ways(lambda T, f: T.vmap(T.jit(f), in_axes)(xb, wb), program)
+
+
+# Under vmap of grad, a cond with a batched predicate runs every branch on
+# every element, also where the branch was not taken and its residuals are
+# the zeros that fill its slots: the inf or nan it computes there is dropped
+# by select_n (as in JAX, where XLA does not warn).
+@pytest.mark.filterwarnings(
+    "ignore:(divide by zero|invalid value):RuntimeWarning")
+@fewer
+@given(cf_programs(reverse_mode=True), seeds, batch_axes)
+def test_control_flow_reverse_mode(program, seed, in_axes):
+  note(str(program))
+  x, w = cf_inputs(seed)
+  v, t = cf_inputs(seed + 1)
+  cf_three_ways(lambda T, f: grad_x(T, f, v, w)(x), program)
+  cf_three_ways(lambda T, f: T.grad(lambda x: T.jit(total(T, f, v))(x, w))(x),
+                program)
+  cf_three_ways(lambda T, f: T.jit(grad_x(T, f, v, w))(x), program)
+  cf_three_ways(lambda T, f: T.jvp(grad_x(T, f, v, w), (x,), (t,)), program)
+  xb, wb = cf_inputs(seed + 2, in_axes)
+  cf_three_ways(lambda T, f: T.vmap(lambda x, w: grad_x(T, f, v, w)(x),
+                                    in_axes)(xb, wb), program)
+
+
+@settings(max_examples=3)
+@given(cf_programs(depth=1, reverse_mode=True), seeds)
+def test_control_flow_grad_of_grad(program, seed):
+  note(str(program))
+  x, w = cf_inputs(seed)
+  v, u = cf_inputs(seed + 1)
+  hvp = lambda T, f: T.grad(lambda y: (jnp if T is jax else anp).sum(
+      grad_x(T, f, v, w)(y) * u))(x)
+  cf_three_ways(hvp, program)
+
+
+def test_while_loop_has_no_reverse_mode_in_either_design():
+  f = lambda x: lax.while_loop(lambda c: c[0] < 3,
+                               lambda c: (c[0] + 1, anp.sin(c[1])), (0, x))[1]
+  for T in (adx, sl):
+    with pytest.raises(WhileLoopReverseModeError, match="while_loop"):
+      T.grad(f)(0.5)
+  assert sl.linearize(f, 0.5)[1](1.) == adx.linearize(f, 0.5)[1](1.)
 
 
 # --- Perturbation confusion: tags keep nested derivatives apart --------------------------------
@@ -257,6 +369,12 @@ def test_escaped_tracer_is_reported():
     sl.jvp(lambda y: saved[0] * y, (1.,), (1.,))
 
 
+def test_mixing_the_two_designs_says_so():
+  for outer, inner in ((sl, adx), (adx, sl)):
+    with pytest.raises(core.EscapedTracerError, match="one design at a time"):
+      outer.vmap(lambda x: inner.jvp(anp.sin, (x,), (1.,)))(np.ones(2))
+
+
 def test_vmap_with_no_or_unequal_sizes_says_so():
   with pytest.raises(ValueError, match=r"one mapped axis size, got \[2, 3\]"):
     sl.vmap(lambda x, y: x + y)(np.ones(2), np.ones(3))
@@ -267,7 +385,38 @@ def test_vmap_with_no_or_unequal_sizes_says_so():
 def test_branching_on_a_staged_value_raises_and_restores_the_context():
   with pytest.raises(TypeError, match="DynamicJaxprTrace"):
     sl.jit(lambda x: x if x > 0 else -x)(1.0)
-  assert sl.current_trace() is sl.eval_trace and core.bind_handler is None
+  assert sl.current_trace() is sl.eval_trace
+  assert core.hooks.design is core.levels
+
+
+CONVERSIONS = {"float": float, "int": int, "bool": bool,
+               "if": lambda t: 1.0 if t else 0.0}
+
+
+@pytest.mark.parametrize("how", ["jit", "vmap"])
+@pytest.mark.parametrize("name", list(CONVERSIONS))
+def test_concretizing_a_tracer_raises_a_concretization_error(name, how):
+  """As in JAX (whose ConcretizationTypeError is a TypeError), saying what
+  to do instead; and the context is restored."""
+  convert = CONVERSIONS[name]
+  f = lambda x: x * convert(x)
+  run = {"jit": lambda T: T.jit(f)(1.5),
+         "vmap": lambda T: T.vmap(f)(np.ones(2))}[how]
+  with pytest.raises(TypeError):
+    run(jax)
+  trace = {"jit": "DynamicJaxprTrace", "vmap": "BatchTrace"}[how]
+  with pytest.raises(core.ConcretizationError, match=f"{trace}.*lax.cond"):
+    run(sl)
+
+
+def test_grad_rejects_integer_inputs_and_outputs_as_jax_does():
+  for T in (sl, jax):
+    with pytest.raises(TypeError, match="grad requires"):
+      T.grad(lambda x: x * 2.)(3)
+    with pytest.raises(TypeError, match="grad requires"):
+      T.grad(lambda x: x > 0)(3.)
+    with pytest.raises(TypeError, match="grad requires"):
+      T.grad(lambda x: (x * 2.).astype(np.int32))(3.)
 
 
 # --- The chapter's table of names ------------------------------------------------------------------

@@ -63,7 +63,7 @@ def test_record_restores_observers_after_an_error():
     with viz.record():
       anp.sin(1.0)
       1 / 0
-  assert core.bind_observers == []
+  assert core.hooks.observers == []
 
 
 def test_stepper_has_one_linked_frame_per_bind():

@@ -9,7 +9,7 @@ import numpy as np
 
 from . import lax
 from .core import (RuleTable, Trace, Tracer, check_live, full_lower,
-                   full_raise, get_aval, new_main, raise_to_shaped)
+                   full_raise, get_aval, levels, new_main, raise_to_shaped)
 from .jaxpr import Lit, Var
 from .lax import (add_p, broadcast_p, convert_element_type_p, cos_p, div_p,
                   exp_p, log_p, max_p, mul_p, neg_p, reduce_max_p, reduce_sum_p,
@@ -94,13 +94,21 @@ jvp_rules = RuleTable(
     "builds a rule from one function per operand).")
 
 
-def jvp_flat(f, primals, tangents):
-  """JVP of `f`, which takes and returns flat lists of arrays."""
+def jvp_flat(f, primals, tangents, instantiate=True):
+  """JVP of `f`, which takes and returns flat lists of arrays. With
+  `instantiate=False`, output tangents may be symbolic Zeros."""
   with new_main(JVPTrace) as main:
     trace = JVPTrace(main)
     boxed = [JVPTracer(trace, p, t) for p, t in zip(primals, tangents)]
     outs = [full_raise(trace, y) for y in f(*boxed)]
-  return [t.primal for t in outs], [instantiate_zeros(t.tangent) for t in outs]
+  tangents_out = [t.tangent for t in outs]
+  if instantiate:
+    tangents_out = [instantiate_zeros(t) for t in tangents_out]
+  return [t.primal for t in outs], tangents_out
+
+
+levels.jvp = lambda f, primals, tangents: jvp_flat(  # see core.Design
+    f, primals, tangents, instantiate=False)
 
 
 # --- Rule builders: the usual shapes of a JVP rule ---------------------------------------

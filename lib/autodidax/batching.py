@@ -11,7 +11,7 @@ import numpy as np
 
 from . import lax
 from .core import (RuleTable, ShapedArray, Trace, Tracer, check_live, full_lower,
-                   full_raise, get_aval, new_main)
+                   full_raise, get_aval, levels, new_main)
 from .lax import (binary_primitives, broadcast_p, convert_element_type_p,
                   reduce_max_p, reduce_sum_p, reshape_p, transpose_p,
                   unary_primitives)
@@ -105,6 +105,9 @@ def vmap_flat(f, in_axes, *args):
     boxed = [x if ax is not_mapped else BatchTracer(trace, x, ax) for x, ax in zip(args, in_axes)]
     outs = [full_raise(trace, y) for y in f(*boxed)]
   return [t.val for t in outs], [t.batch_dim for t in outs], axis_size
+
+
+levels.vmap = vmap_flat   # see core.Design
 
 
 # --- Rules ---------------------------------------------------------------------------------

@@ -57,7 +57,7 @@ class Primitive:
     return self.name
 
   def bind(self, *args, **params):
-    outs = fast_bind(self, args, params)   # `bind` below, with a shortcut
+    outs = hooks.bind(self, args, params)   # `bind` below, or a hook
     return outs if self.multiple_results else outs[0]
 
   # JAX's spellings of `impl_rules[prim] = rule` and `abstract_eval_rules[...]`.
@@ -226,15 +226,19 @@ class UnsupportedTypeError(TypeError):
 
 
 class ConcretizationError(TypeError):
+  """Python needs a concrete value (for `if`, `int()`...) that a tracer
+  doesn't have here (JAX's ConcretizationTypeError)."""
+
   def __init__(self, tracer, what: str = "a bool or an index"):
     trace = type(tracer._trace).__name__
     super().__init__(
         f"A tracer (a value traced by {trace}) has no concrete value here (it is "
-        f"{tracer.aval.str_short()}), so Python can't turn it into {what}. "
-        "This happens with `if x > 0:`, `while`, or float(x) on a traced value. "
-        "For a data-dependent choice compute both branches and blend them with "
-        "a mask, e.g. `m = (x > 0).astype(x.dtype); m * a + (1 - m) * b`, or "
-        "keep the value out of the transformation (for vmap: in_axes=None).")
+        f"{tracer.aval.str_short()}), so Python can't turn it into {what}, as "
+        "`if x > 0:`, `while` or float(x) would need. Stage the choice with "
+        "lax.cond or lax.while_loop, or compute both branches and blend them "
+        "with a mask (m * a + (1 - m) * b, with m = (x > 0).astype(x.dtype)); "
+        "change dtypes with x.astype; or keep the value out of the "
+        "transformation (vmap: in_axes=None).")
 
 
 class EscapedTracerError(RuntimeError):
@@ -430,15 +434,8 @@ def new_dynamic(main: MainTrace):
     dynamic_trace = prev
 
 
-# While a context-based ("stackless") transformation of autodidax.stackless is
-# running, it takes every bind here instead; see the chapter "JAX today".
-bind_handler: Optional[Callable] = None
-
-
 def bind(prim: Primitive, *args, **params) -> list:
   """Apply `prim`: the top interpreter among the arguments handles it."""
-  if bind_handler is not None:   # the context-based design of "JAX today" (stackless.py)
-    return bind_handler(prim, args, params)
   trace = find_top_trace(args)
   outs = trace.process_primitive(prim, [full_raise(trace, x) for x in args], params)
   return [full_lower(y) for y in outs]
@@ -504,21 +501,44 @@ class EvalTrace(Trace):
 trace_stack.append(MainTrace(0, EvalTrace, None))
 
 
-# --- Around bind: a shortcut for eager code, and observers -------------------------------
-# Neither changes a result; Part 1 needs only `bind`.
+# --- Hooks: all that may take a bind besides `bind` -------------------------
+# Parts 1-4 need only `bind` above. `Primitive.bind` calls `hooks.bind`, which
+# adds the three things below; none of them changes a result.
 
-def fast_bind(prim: Primitive, args, params) -> list:
-  """`bind`, as `Primitive.bind` calls it. With plain arrays only (no Tracer)
-  and no dynamic trace, `bind` would pick EvalTrace, whose whole work is the
-  impl rule: call it directly (unless binds are being observed)."""
-  if dynamic_trace is None and not bind_observers and bind_handler is None:
-    for x in args:
-      if type(x) not in array_types:
-        break
-    else:
-      out = impl_rules[prim](*args, **params)
-      return out if prim.multiple_results else [out]
-  return bind(prim, *args, **params)
+class Design:
+  """A way to route binds to interpreters, with the entry points through
+  which the rules of higher-order primitives (control flow, jit) stage and
+  transform functions. Those rules call the running design's entry points
+  (`current_design()`), not one design's interpreters, so each rule is
+  written once and serves both designs:
+
+    bind(prim, args, params) -> outs             route one bind
+    trace_to_jaxpr(f, in_avals) -> jaxpr, consts  stage f (flat in, flat out)
+    jvp(f, primals, tangents) -> outs, tangents   flat; Zero tangents stay Zero
+    vmap(f, in_dims, *args) -> outs, dims, size   flat; not_mapped: unbatched
+
+  `levels` is Parts 1-4's interpreter stack; partial_eval, ad and batching
+  fill in its entry points. autodidax.stackless makes the other design,
+  which routes by the current trace (the chapter "JAX today")."""
+
+  def __init__(self, name: str, bind=None, trace_to_jaxpr=None, jvp=None,
+               vmap=None):
+    self.name, self.bind = name, bind
+    self.trace_to_jaxpr, self.jvp, self.vmap = trace_to_jaxpr, jvp, vmap
+
+  def __repr__(self):
+    return f"Design({self.name!r})"
+
+
+_bind_by_levels = bind   # `bind` above, whatever name `core.bind` points to
+
+
+def _bind_via_hooks(prim: Primitive, *args, **params) -> list:
+  return hooks.bind(prim, args, params)
+
+
+levels = Design("levels", bind=lambda prim, args, params:
+                _bind_by_levels(prim, *args, **params))
 
 
 class BindEvent:
@@ -534,38 +554,99 @@ class BindEvent:
             f"{self.main.trace_type.__name__} (level {self.main.level})")
 
 
-bind_observers: list = []   # callbacks, called with a BindEvent as each bind starts
-_bind_depth = 0
-_plain_bind = bind
+class BindHooks:
+  """What may take a bind before `bind` does, in the order it is asked:
+
+  1. the design: while autodidax.stackless runs a transformation, its design
+     routes every bind, by the current trace instead of by levels (`routing`);
+  2. observers, told of each bind as it starts (a `BindEvent`, whose `outs`
+     are filled in when it returns): viz's recordings and the exercises'
+     counts of binds (`observing`);
+  3. the fast path: with plain arrays only and no dynamic trace, `bind` would
+     pick EvalTrace, whose whole work is the impl rule, so call that directly.
+     Eager code binds thousands of times.
+
+  While a hook (1 or 2) is on, `core.bind` itself goes through the hooks as
+  well, so interpreters that call it directly (Part 2's eval_jaxpr) are
+  routed and observed like `Primitive.bind`.
+  """
+
+  def __init__(self):
+    self.design: Design = levels
+    self.observers: list = []
+    self.depth = 0   # how deeply the observed binds are nested
+
+  def bind(self, prim: Primitive, args, params) -> list:
+    if self.design is not levels:
+      return self.design.bind(prim, args, params)
+    if self.observers:
+      return self._observed(prim, args, params)
+    if dynamic_trace is None:
+      for x in args:
+        if type(x) not in array_types:
+          break
+      else:
+        out = impl_rules[prim](*args, **params)
+        return out if prim.multiple_results else [out]
+    return _bind_by_levels(prim, *args, **params)
+
+  def quiet(self) -> bool:
+    """No hook is on and nothing is staged: a bind of plain arrays would
+    only run its impl rule (jit's fast path asks this too)."""
+    return (self.design is levels and not self.observers
+            and dynamic_trace is None)
+
+  def _observed(self, prim, args, params) -> list:
+    event = BindEvent(prim, find_top_trace(args).main, args, params,
+                      self.depth, tuple(trace_stack))
+    for observe in list(self.observers):
+      observe(event)
+    self.depth += 1
+    try:
+      event.outs = _bind_by_levels(prim, *args, **params)
+    finally:
+      self.depth -= 1
+    return event.outs
+
+  @contextmanager
+  def observing(self, callback: Callable):
+    """Call `callback(event)` as each bind starts, for the `with` block."""
+    self.observers.append(callback)
+    self._route_core_bind()
+    try:
+      yield
+    finally:
+      self.observers.remove(callback)
+      self._route_core_bind()
+
+  @contextmanager
+  def routing(self, design: Design):
+    """Let `design` route every bind for the `with` block."""
+    prev, self.design = self.design, design
+    if prev is not design:
+      self._route_core_bind()
+    try:
+      yield design
+    finally:
+      self.design = prev
+      if prev is not design:
+        self._route_core_bind()
+
+  def _route_core_bind(self):
+    global bind
+    hooked = self.observers or self.design is not levels
+    bind = _bind_via_hooks if hooked else _bind_by_levels
 
 
-def observed_bind(prim: Primitive, *args, **params) -> list:
-  """What `core.bind` is while observers are installed: the plain `bind`,
-  reporting a BindEvent to each observer before it runs."""
-  global _bind_depth
-  event = BindEvent(prim, find_top_trace(args).main, args, params, _bind_depth,
-                    tuple(trace_stack))
-  for observe in list(bind_observers):
-    observe(event)
-  _bind_depth += 1
-  try:
-    event.outs = _plain_bind(prim, *args, **params)
-  finally:
-    _bind_depth -= 1
-  return event.outs
+hooks = BindHooks()
 
 
-@contextmanager
-def observe_binds(callback):
-  """Call `callback(event: BindEvent)` as each bind starts; `event.outs` is
-  filled in when it returns. Meanwhile `core.bind` is `observed_bind`, so the
-  binds of `Primitive.bind` and of direct `core.bind` calls are all seen."""
-  global bind
-  bind_observers.append(callback)
-  bind = observed_bind
-  try:
-    yield
-  finally:
-    bind_observers.remove(callback)
-    if not bind_observers:
-      bind = _plain_bind
+def current_design() -> Design:
+  """The design that routes binds now: `levels`, unless stackless runs."""
+  return hooks.design
+
+
+def observe_binds(callback: Callable):
+  """`with observe_binds(f):` calls `f(event)` (a BindEvent) as each bind
+  starts."""
+  return hooks.observing(callback)

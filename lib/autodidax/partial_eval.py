@@ -13,7 +13,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .core import (Primitive, ShapedArray, Trace, Tracer, abstract_eval_rules,
-                   full_lower, full_raise, get_aval, new_dynamic, new_main, raise_to_shaped)
+                   current_design, full_lower, full_raise, get_aval, levels,
+                   new_dynamic, new_main, raise_to_shaped)
 from .jaxpr import (ClosedJaxpr, Jaxpr, JaxprEqn, JaxprTypeError, Lit, Var, as_shaped,
                     typecheck_jaxpr)
 
@@ -127,6 +128,16 @@ def trace_to_jaxpr_dynamic(f, in_avals, omnistaging: bool = True) -> tuple[Jaxpr
     return builder.build(tracers_in, tracers_out)
 
 
+levels.trace_to_jaxpr = trace_to_jaxpr_dynamic   # see core.Design
+
+
+def trace_to_jaxpr(f, in_avals) -> tuple[Jaxpr, list]:
+  """Stage `f` with the running design: Part 2's `trace_to_jaxpr_dynamic`,
+  or, inside a transformation of autodidax.stackless, its staging trace.
+  Rules that trace functions (control flow, jit's) call this."""
+  return current_design().trace_to_jaxpr(f, in_avals)
+
+
 def trace_to_closed_jaxpr(f, in_avals, omnistaging: bool = True) -> ClosedJaxpr:
   jaxpr, consts = trace_to_jaxpr_dynamic(f, in_avals, omnistaging)
   return ClosedJaxpr(jaxpr, consts)
@@ -232,6 +243,33 @@ class PartialEvalTrace(Trace):
 
 
 partial_eval_rules: dict = {}   # primitive -> rule(trace, tracers, **params) (optional)
+
+
+def partial_eval_by_jaxpr_rule(trace, prim: Primitive, tracers, params):
+  """A rule of PartialEvalTrace made from `prim`'s rule for jaxprs
+  (`partial_eval_jaxpr_rules`, below), so that a higher-order primitive
+  writes its split once: split a jaxpr of one equation, bind the known
+  equation now, and stage the unknown one."""
+  ins = [Var(raise_to_shaped(t.aval)) for t in tracers]
+  avals = abstract_eval_rules[prim](*[v.aval for v in ins], **params)
+  outs = [Var(as_shaped(a))
+          for a in (avals if prim.multiple_results else [avals])]
+  eqn1, eqn2, _, _ = partial_eval_jaxpr_rules[prim](
+      [t.pval.is_unknown for t in tracers], JaxprEqn(prim, ins, params, outs))
+  known = {v: t.pval.const for v, t in zip(ins, tracers) if t.pval.is_known}
+  unknown = {v: t for v, t in zip(ins, tracers) if t.pval.is_unknown}
+  read = lambda x: x.val if type(x) is Lit else known[x]
+  if eqn1 is not None:
+    vals = eqn1.primitive.bind(*map(read, eqn1.inputs), **eqn1.params)
+    multiple = eqn1.primitive.multiple_results
+    known.update(zip(eqn1.out_binders, vals if multiple else [vals]))
+  staged = trace.stage(
+      eqn2.primitive, [unknown[x] if x in unknown
+                       else trace.instantiate_const(trace.pure(read(x)))
+                       for x in eqn2.inputs],
+      eqn2.params, [v.aval for v in eqn2.out_binders])
+  unknown.update(zip(eqn2.out_binders, staged))
+  return [unknown[v] if v in unknown else trace.pure(known[v]) for v in outs]
 
 
 def partial_eval_flat(f, pvals_in: list, instantiate=None) -> tuple[Jaxpr, list, list]:

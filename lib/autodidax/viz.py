@@ -843,7 +843,7 @@ def jaxpr_graph_nested(jaxpr, title: str | None = None, max_eqns: int = 200):
 
 def _sl_short(x) -> str:
   from . import stackless as sl
-  if isinstance(x, sl.Tracer):
+  if isinstance(x, core.Tracer) and isinstance(x._trace, sl.Trace):
     return f"{type(x).__name__}#{x._trace.serial}<{x.aval.str_short()}>"
   return short(x)
 

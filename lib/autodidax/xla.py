@@ -14,10 +14,10 @@ import numpy as np
 
 from . import ad, batching, core, lowering, runtime
 from .core import (Primitive, ShapedArray, Tracer, abstract_eval_rules, array_types,
-                   impl_rules, raise_to_shaped)
+                   current_design, impl_rules, raise_to_shaped)
 from .api import shaped_abstractify, split_static
 from .jaxpr import ClosedJaxpr, Jaxpr, eval_jaxpr, typecheck_jaxpr
-from .partial_eval import trace_to_jaxpr_dynamic
+from .partial_eval import trace_to_jaxpr, trace_to_jaxpr_dynamic
 from .tree_util import LEAF, flatten_fun, tree_flatten, tree_unflatten
 from .util import cache_by_jaxpr
 
@@ -166,11 +166,14 @@ def jvp_jaxpr(jaxpr: Jaxpr) -> tuple[Jaxpr, list]:
 
   def jvp_traceable(*primals_and_tangents):
     primals, tangents = primals_and_tangents[:n], primals_and_tangents[n:]
-    outs, tangents_out = ad.jvp_flat(lambda *xs: eval_jaxpr(jaxpr, [], *xs), primals, tangents)
-    return [*outs, *tangents_out]
+    # Part 1's ad.jvp_flat; inside a stackless transformation, its own
+    outs, tangents_out = current_design().jvp(
+        lambda *xs: eval_jaxpr(jaxpr, [], *xs), primals, tangents)
+    return [*outs, *map(ad.instantiate_zeros, tangents_out)]
 
   in_avals = jaxpr.in_avals
-  return closed_to_call_jaxpr(*trace_to_jaxpr_dynamic(jvp_traceable, in_avals + in_avals))
+  return closed_to_call_jaxpr(*trace_to_jaxpr(jvp_traceable,
+                                              in_avals + in_avals))
 
 
 def _xla_call_jvp(primals, tangents, *, jaxpr, num_consts, **params):
@@ -191,12 +194,14 @@ def vmap_jaxpr(jaxpr: Jaxpr, axis_size: int, bdims_in: tuple) -> tuple[Jaxpr, li
   bdims = [batching.not_mapped if d is None else d for d in bdims_in]
 
   def batched(*args):
-    outs, out_dims, _ = batching.vmap_flat(lambda *xs: eval_jaxpr(jaxpr, [], *xs), bdims, *args)
+    # Part 1's batching.vmap_flat; inside a stackless transformation, its own
+    outs, out_dims, _ = current_design().vmap(
+        lambda *xs: eval_jaxpr(jaxpr, [], *xs), bdims, *args)
     return [batching.move_batch_axis(axis_size, d, 0, x) for x, d in zip(outs, out_dims)]
 
   in_avals = [a if d is None else a.update(shape=a.shape[:d] + (axis_size,) + a.shape[d:])
               for a, d in zip(jaxpr.in_avals, bdims_in)]
-  return closed_to_call_jaxpr(*trace_to_jaxpr_dynamic(batched, in_avals))
+  return closed_to_call_jaxpr(*trace_to_jaxpr(batched, in_avals))
 
 
 def _xla_call_vmap(axis_size, vals_in, dims_in, *, jaxpr, num_consts, **params):
@@ -324,7 +329,7 @@ class jit:
   def __call__(self, *args, **kwargs):
     sig = _fast_signature(args) if not (self.static_argnums or kwargs) else None
     hit = self._fast.get(sig)
-    if hit is not None and core.dynamic_trace is None and not core.bind_observers:
+    if hit is not None and core.hooks.quiet():
       return self._call_fast(hit, args)
     traced, args_flat = self._specialize(args, kwargs)
     outs = xla_call_p.bind(*traced.consts, *args_flat, **self._params(traced))
@@ -465,7 +470,8 @@ def transpose_jaxpr(jaxpr: Jaxpr, undefined: tuple) -> tuple[Jaxpr, list]:
     primals = [ad.UndefPrimal(a) if u else next(res) for a, u in zip(avals_in, undefined)]
     return [ad.instantiate_zeros(ct) for ct in ad.backward_pass(jaxpr, primals, cts)]
 
-  return closed_to_call_jaxpr(*trace_to_jaxpr_dynamic(transposed, res_avals + avals_out))
+  return closed_to_call_jaxpr(*trace_to_jaxpr(transposed,
+                                              res_avals + avals_out))
 
 
 def _xla_call_transpose(cts, *invals, jaxpr, num_consts, **params):

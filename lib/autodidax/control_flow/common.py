@@ -6,13 +6,13 @@ from __future__ import annotations
 import numpy as np
 
 from .. import ad, batching, dtypes, lax, lowering
-from ..ad import JVPTrace, JVPTracer, Zero, instantiate_zeros
+from ..ad import Zero, instantiate_zeros
 from ..batching import move_batch_axis, not_mapped
-from ..core import (Primitive, ShapedArray, Tracer, abstract_eval_rules, full_raise,
-                    get_aval, impl_rules, new_main, raise_to_shaped)
+from ..core import (Primitive, ShapedArray, Tracer, abstract_eval_rules,
+                    current_design, get_aval, impl_rules, raise_to_shaped)
 from ..jaxpr import ClosedJaxpr, Jaxpr, Var, eval_jaxpr
 from ..lowering import mlir_type
-from ..partial_eval import trace_to_jaxpr_dynamic
+from ..partial_eval import trace_to_jaxpr
 from ..tree_util import flatten_fun
 from ..util import cache_by_jaxpr
 from ..xla import closed_to_call_jaxpr
@@ -221,7 +221,7 @@ def trace_flat(fun_flat, in_avals) -> tuple[Jaxpr, list]:
   """Stage `fun_flat` and make its constvars leading invars (closure
   conversion): returns a jaxpr without constvars and the values to pass for
   its first `len(consts)` inputs. Consts may be tracers of outer traces."""
-  return closed_to_call_jaxpr(*trace_to_jaxpr_dynamic(fun_flat, list(in_avals)))
+  return closed_to_call_jaxpr(*trace_to_jaxpr(fun_flat, list(in_avals)))
 
 
 def trace_tree(fun, in_tree, in_avals):
@@ -292,11 +292,8 @@ def jvp_jaxpr(jaxpr: Jaxpr, nonzeros: tuple, instantiate: tuple):
   def fun(*args):
     primals, tans = args[:n], iter(args[n:])
     tangents = [next(tans) if nz else Zero(v.aval) for v, nz in zip(jaxpr.invars, nonzeros)]
-    with new_main(JVPTrace) as main:
-      trace = JVPTrace(main)
-      ins = [JVPTracer(trace, x, t) for x, t in zip(primals, tangents)]
-      outs = [full_raise(trace, o) for o in eval_jaxpr(jaxpr, [], *ins)]
-      p_out, t_out = [o.primal for o in outs], [o.tangent for o in outs]
+    p_out, t_out = current_design().jvp(lambda *xs: eval_jaxpr(jaxpr, [], *xs),
+                                        primals, tangents)
     out_nz[:] = [type(t) is not Zero or bool(inst) for t, inst in zip(t_out, instantiate)]
     return p_out + [instantiate_zeros(t) for t, nz in zip(t_out, out_nz) if nz]
 
@@ -326,7 +323,8 @@ def batch_jaxpr(jaxpr: Jaxpr, axis_size: int, in_batched: tuple, force: tuple):
   def fun(*args):
     if any(in_batched):
       dims = [0 if b else not_mapped for b in in_batched]
-      outs, dims_out, _ = batching.vmap_flat(lambda *xs: eval_jaxpr(jaxpr, [], *xs), dims, *args)
+      outs, dims_out, _ = current_design().vmap(
+          lambda *xs: eval_jaxpr(jaxpr, [], *xs), dims, *args)
     else:
       outs = eval_jaxpr(jaxpr, [], *args)
       dims_out = [not_mapped] * len(outs)

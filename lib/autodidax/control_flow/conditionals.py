@@ -229,29 +229,6 @@ def _cond_split(branches, unknowns: list):
   return known, unknown, out_uk, all_res
 
 
-def _cond_partial_eval(trace, tracers, *, branches):
-  index, *ops = tracers
-  if index.pval.is_unknown:   # which branch runs isn't known: stage it all
-    ins = [trace.instantiate_const(t) for t in tracers]
-    return trace.stage(cond_p, ins, dict(branches=branches),
-                       [raise_to_shaped(a) for a in branches[0].out_avals])
-  unknowns = [t.pval.is_unknown for t in ops]
-  known, unknown, out_uk, res_avals = _cond_split(branches, unknowns)
-  known_in = [t.pval.const for t in ops if t.pval.is_known]
-  outs1 = cond_p.bind(index.pval.const, *known_in, branches=tuple(as_closed(j) for j in known))
-  n_known = len(out_uk) - sum(out_uk)
-  known_out, residuals = outs1[:n_known], outs1[n_known:]
-  res_t = [trace.instantiate_const(trace.pure(r)) for r in residuals]
-  idx_t = trace.instantiate_const(index)
-  unknown_in = [t for t in ops if t.pval.is_unknown]
-  outs2 = trace.stage(cond_p, [idx_t, *res_t, *unknown_in],
-                      dict(branches=tuple(as_closed(j) for j in unknown)),
-                      [raise_to_shaped(a) for a, uk in zip(branches[0].out_avals, out_uk) if uk])
-  known_out, outs2 = iter(known_out), iter(outs2)
-  return [next(outs2) if uk else trace.pure(next(known_out)) for uk in out_uk]
-
-
-pe.partial_eval_rules[cond_p] = _cond_partial_eval
 
 
 def _cond_partial_eval_jaxpr(unks_in, eqn):
@@ -276,6 +253,13 @@ def _cond_partial_eval_jaxpr(unks_in, eqn):
 
 
 pe.partial_eval_jaxpr_rules[cond_p] = _cond_partial_eval_jaxpr
+
+
+def _cond_partial_eval(trace, tracers, **params):   # from the rule above
+  return pe.partial_eval_by_jaxpr_rule(trace, cond_p, tracers, params)
+
+
+pe.partial_eval_rules[cond_p] = _cond_partial_eval
 
 
 def _cond_transpose(cts, index, *ops, branches):

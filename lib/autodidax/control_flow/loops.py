@@ -273,22 +273,6 @@ def _while_split(cond_jaxpr, body_jaxpr, nc, nb, unknowns):
   return params1, carry_uk
 
 
-def _while_partial_eval(trace, tracers, **params):
-  nc, nb = params["cond_nconsts"], params["body_nconsts"]
-  unknowns = [t.pval.is_unknown for t in tracers]
-  split = _while_split(params["cond_jaxpr"], params["body_jaxpr"], nc, nb, unknowns)
-  ins = [trace.instantiate_const(t) for t in tracers]
-  carry_avals = [raise_to_shaped(t.aval) for t in tracers[nc + nb:]]
-  staged = trace.stage(while_p, ins, params, carry_avals)
-  if split is None:
-    return staged
-  params1, carry_uk = split
-  known = [t.pval.const for t, uk in zip(tracers, unknowns[:nc + nb] + carry_uk) if not uk]
-  outs1 = iter(while_p.bind(*known, **params1))
-  return [s if uk else trace.pure(next(outs1)) for s, uk in zip(staged, carry_uk)]
-
-
-pe.partial_eval_rules[while_p] = _while_partial_eval
 
 
 def _while_partial_eval_jaxpr(unks_in, eqn):
@@ -308,6 +292,13 @@ def _while_partial_eval_jaxpr(unks_in, eqn):
 
 
 pe.partial_eval_jaxpr_rules[while_p] = _while_partial_eval_jaxpr
+
+
+def _while_partial_eval(trace, tracers, **params):   # from the rule above
+  return pe.partial_eval_by_jaxpr_rule(trace, while_p, tracers, params)
+
+
+pe.partial_eval_rules[while_p] = _while_partial_eval
 
 
 class WhileLoopReverseModeError(ValueError):
@@ -622,33 +613,6 @@ def _scan_params(j, nconsts, ncarry, length, reverse):
               reverse=reverse)
 
 
-def _scan_partial_eval(trace, tracers, *, jaxpr, num_consts, num_carry, length, reverse):
-  nc, ncar = num_consts, num_carry
-  unknowns = [t.pval.is_unknown for t in tracers]
-  j1, j2, carry_uk, out_uk, const_res_idx, _ = _scan_split(jaxpr.jaxpr, nc, ncar, unknowns)
-  uk = unknowns[:nc] + carry_uk + unknowns[nc + ncar:]
-  known_in = [t.pval.const for t, u in zip(tracers, uk) if not u]
-  nkc, nkcar = nc - sum(unknowns[:nc]), ncar - sum(carry_uk)
-  outs1 = scan_p.bind(*known_in, **_scan_params(j1, nkc, nkcar, length, reverse))
-  n_known_out = len(out_uk) - sum(out_uk)
-  known_out, stacked = outs1[:n_known_out], outs1[n_known_out:]
-  known_consts = [t for t, u in zip(tracers[:nc], unknowns[:nc]) if not u]
-  const_res = [trace.instantiate_const(known_consts[i]) for i in const_res_idx]
-  stacked_t = [trace.instantiate_const(trace.pure(r)) for r in stacked]
-  uk_consts = [t for t, u in zip(tracers[:nc], unknowns[:nc]) if u]
-  uk_carry = [trace.instantiate_const(t) for t, u in zip(tracers[nc:nc + ncar], carry_uk) if u]
-  uk_xs = [t for t, u in zip(tracers[nc + ncar:], unknowns[nc + ncar:]) if u]
-  ins2 = [*const_res, *uk_consts, *uk_carry, *stacked_t, *uk_xs]
-  all_avals = _scan_abstract_eval(*[t.aval for t in tracers], jaxpr=jaxpr, num_consts=nc,
-                                  num_carry=ncar, length=length, reverse=reverse)
-  outs2 = trace.stage(scan_p, ins2, _scan_params(j2, len(const_res) + len(uk_consts),
-                                                 len(uk_carry), length, reverse),
-                      [a for a, u in zip(all_avals, out_uk) if u])
-  known_out, outs2 = iter(known_out), iter(outs2)
-  return [next(outs2) if u else trace.pure(next(known_out)) for u in out_uk]
-
-
-pe.partial_eval_rules[scan_p] = _scan_partial_eval
 
 
 def _scan_partial_eval_jaxpr(unks_in, eqn):
@@ -679,6 +643,13 @@ def _scan_partial_eval_jaxpr(unks_in, eqn):
 
 
 pe.partial_eval_jaxpr_rules[scan_p] = _scan_partial_eval_jaxpr
+
+
+def _scan_partial_eval(trace, tracers, **params):   # from the rule above
+  return pe.partial_eval_by_jaxpr_rule(trace, scan_p, tracers, params)
+
+
+pe.partial_eval_rules[scan_p] = _scan_partial_eval
 
 
 def _scan_transpose(cts, *args, jaxpr, num_consts, num_carry, length, reverse):
