@@ -447,10 +447,8 @@ def cf_blocks(draw, depth, reverse_mode, force_control_flow=False):
       n = draw(st.integers(1, 3))
       stmts.append(("switch", src, tuple(sub() for _ in range(n))))
     elif kind == "scan":
-      # (length 0 is left out: jit of such a scan, with 2-D ys, fails in
-      # XLA; issue 22 lists it among the library's own bugs)
       coefs = tuple(draw(st.lists(st.sampled_from([-1.0, 0.5, 1.0, 2.0]),
-                                  min_size=1, max_size=3)))
+                                  min_size=0, max_size=3)))
       stmts.append(("scan", sub(), coefs, draw(st.booleans())))
     elif kind == "fori":
       stmts.append(("fori", sub(), draw(st.integers(0, 3))))
