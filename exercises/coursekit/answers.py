@@ -81,18 +81,18 @@ def call(info, args, kwargs):
 
 def slot_source(name: str, info, method: bool = False, indent: str = "", keep=()) -> str:
   """The definition of a slot named `name` (self first for a method). `keep`: free
-  variables it must have (unused)."""
-  sig = "self, *args, **kwargs" if method else "*args, **kwargs"
+  variables it must have (unused). `call` is found once, when the slot is defined."""
+  sig = "self, *args" if method else "*args"
   fwd = "(self, *args)" if method else "args"
   hold = f"{indent}  ({', '.join(keep)},) if kwargs is None else None\n" if keep else ""
-  return (f"{indent}def {name}({sig}):   # Exercise {info[0]} asks you to write this\n" + hold +
-          f"{indent}  return __import__('coursekit.answers', fromlist=['_']).call(\n"
-          f"{indent}      {tuple(info)!r}, {fwd}, kwargs)\n")
+  return (f"{indent}def {name}({sig}, _slot_call=__import__('coursekit.answers', "
+          f"fromlist=['_']).call, **kwargs):   # Exercise {info[0]} asks you to write this\n"
+          + hold + f"{indent}  return _slot_call({tuple(info)!r}, {fwd}, kwargs)\n")
 
 
 def slot_code(fn: types.FunctionType, info) -> types.CodeType:
   """A slot's code, to put in place of `fn.__code__` (with `fn`'s free variables, which
-  a code object must keep)."""
+  a code object must keep); `fn.__kwdefaults__` must then hold `slot_defaults()`."""
   free = fn.__code__.co_freevars
   src = ("def _outer():\n" + "".join(f"  {v} = None\n" for v in free)
          + slot_source(fn.__name__, info, indent="  ", keep=free) + f"  return {fn.__name__}\n")
@@ -103,3 +103,7 @@ def slot_code(fn: types.FunctionType, info) -> types.CodeType:
   if code.co_freevars != free:
     raise TypeError(f"can't make a slot for {info[1]}: free variables {free}")
   return code
+
+
+def slot_defaults() -> dict:
+  return {"_slot_call": call}

@@ -78,14 +78,15 @@ def installed(spec, namespace):
       fn = getattr(fn, "__func__", fn)   # a staticmethod's function
       if not isinstance(fn, types.FunctionType):
         raise TypeError(f"{target} is not a Python function, so no exercise can remove it")
-      swapped.append((fn, fn.__code__))
+      swapped.append((fn, fn.__code__, fn.__kwdefaults__))
       fn.__code__ = answers.slot_code(fn, (spec.exercise, target, name, spec.answers))
+      fn.__kwdefaults__ = answers.slot_defaults()
     answers.NAMESPACE = namespace
     yield
   finally:
     answers.NAMESPACE = old_namespace
-    for fn, code in reversed(swapped):
-      fn.__code__ = code
+    for fn, code, kwdefaults in reversed(swapped):
+      fn.__code__, fn.__kwdefaults__ = code, kwdefaults
 
 
 def summary(exercise: str, count: int, withheld: int = 0) -> str:

@@ -60,7 +60,7 @@ from . import definitions
 from . import probe as probes
 from . import similarity
 from .edition import LIB, build as build_edition, fingerprint, kit_files, package
-from .flags import scan
+from .flags import aliases, scan
 from .report import FIELDS  # noqa: F401 (the columns of grades.csv)
 from .sandbox import Limits, Sandbox, SandboxUnavailable, mode_text
 from .stubs import EXERCISES, SOURCE, read_source
@@ -424,8 +424,9 @@ def parse(sub: Submission, stubs: dict[str, Stub], opts: Options) -> Parsed:
   p = Parsed(sub, student, part, cells, [who, note], runs=runs)
   if not any(c["kind"] == "learner" and c["source"].strip() for c in cells):
     p.failure = "no answer: the notebook has no code of its own"
+  names = aliases(c["source"] for c in cells)
   p.flags = sorted({f"{f} (cell {i + 1})" for i, c in enumerate(cells) if c["kind"] == "learner"
-                    for f in scan(c["source"])})
+                    for f in scan(c["source"], names)})
   return p
 
 

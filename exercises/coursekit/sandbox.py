@@ -98,6 +98,7 @@ class Sandbox:
       raise SandboxUnavailable(why)
     self.mode = self.mode or limit_mode()
     self.bwrap, self.prlimit = shutil.which("bwrap"), shutil.which("prlimit")
+    self.env_path = shutil.which("env") or "/usr/bin/env"   # `env -i`: nothing reaches bwrap
 
   # --- the command line ---------------------------------------------------------------
   def runtime_binds(self) -> list[str]:
@@ -175,7 +176,7 @@ class Sandbox:
       opened.append(args_fd)
       os.write(args_fd, b"".join(a.encode() + b"\0" for a in options))
       os.lseek(args_fd, 0, os.SEEK_SET)
-      inner = self.rlimit_argv() + [self.bwrap, "--args", str(args_fd), *tail]
+      inner = [self.env_path, "-i", *self.rlimit_argv(), self.bwrap, "--args", str(args_fd), *tail]
       pass_fds = (w_fd, args_fd, *fds.values())
       popen_env = {}
     else:
@@ -185,14 +186,14 @@ class Sandbox:
       inner = ["/bin/sh", "-c", ''
                f'echo $$ > {cg.memory}/cgroup.procs && echo $$ > {cg.pids}/cgroup.procs && '
                'exec "$@"', "sh", *inner]
-    elif self.mode == "systemd":   # systemd-run needs the session's bus; bwrap gets nothing
+    elif self.mode == "systemd":   # systemd-run needs the session's bus; `env -i` drops it
       popen_env = {k: v for k, v in os.environ.items()
                    if k in ("DBUS_SESSION_BUS_ADDRESS", "XDG_RUNTIME_DIR")}
       inner = ["systemd-run", "--user", "--scope", "--quiet", "--collect",
                f"-pMemoryMax={lim.memory_mib}M", "-pMemorySwapMax=0",
-               f"-pTasksMax={lim.pids}", "--", "/usr/bin/env", "-i", *inner]
+               f"-pTasksMax={lim.pids}", "--", *inner]
     if self.enabled:
-      cwd = None
+      cwd = "/"
     t0 = time.monotonic()
     try:
       proc = subprocess.Popen(inner, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
