@@ -107,8 +107,9 @@ def runs(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def abuse(runs):
-  return {(r["submission"], r["exercise"]): r for r in read_rows(runs["outs"]["serial"])}
+def abuse(runs):   # by submission as named (grades.csv neutralizes a name like a formula)
+  return {(r["submission"].removeprefix("'") if r["submission"].startswith("'=") else
+           r["submission"], r["exercise"]): r for r in read_rows(runs["outs"]["serial"])}
 
 
 @needs_bwrap
@@ -537,3 +538,71 @@ def test_report_is_sorted_and_deterministic(tmp_path):
   report.write(report.sort_rows(list(reversed(rows)), stubs), stubs, tmp_path / "2", meta)
   for name in ("grades.csv", "grades.html"):
     assert (tmp_path / "1" / name).read_bytes() == (tmp_path / "2" / name).read_bytes()
+
+
+# --- What runs for an exercise ---------------------------------------------------------------------
+
+def test_only_the_definitions_an_exercise_needs_run():
+  from coursekit import definitions
+  cells = [
+      {"kind": "stub", "source": "import numpy as np\nprint('setup')", "exercise": None},
+      {"kind": "learner", "source": "import time\ntime.sleep(100)\nSCALE = 3\nx = 1; y = helper(2)\n"
+                                    "\ndef helper(z):\n  return z * SCALE\n", "exercise": None},
+      {"kind": "learner", "source": "%%time\n@deco\ndef answer(v, d=DEFAULT):\n  global calls\n"
+                                    "  calls += 1\n  return helper(v) + np.sin(v)\nprint(answer(1))\n"
+                                    "while True: pass\n", "exercise": "9.9"},
+      {"kind": "learner", "source": "def deco(f): return f\nDEFAULT = 4\ncalls = 0\nTABLE = {}\n"
+                                    "TABLE['a'] = 1; TABLE.update(b=2)\nnp.pi = 3\n", "exercise": None},
+      {"kind": "learner", "source": "while True:\n  pass", "exercise": None},
+      {"kind": "learner", "source": "def answer(:\n  pass", "exercise": "9.9"},
+      {"kind": "learner", "source": "def other(:\n  pass", "exercise": "9.8"},
+  ]
+  got = definitions.select(cells, ["answer"], "9.9")
+  assert [c["cell"] for c in got] == [0, 1, 2, 3, 5]
+  assert got[0]["source"] == cells[0]["source"]            # the stub's cells run whole
+  src = {c["cell"]: c["source"] for c in got}
+  assert "sleep" not in src[1] and "SCALE = 3" in src[1] and "def helper" in src[1]
+  assert src[1].splitlines()[2] == "SCALE = 3"            # line numbers kept
+  assert "print" not in src[2] and "while" not in src[2] and "@deco" in src[2]
+  assert "DEFAULT = 4" in src[3] and "calls = 0" in src[3] and "TABLE" not in src[3]
+  assert "np.pi" not in src[3]                             # patching a module: never needed
+  got = definitions.select(cells, ["TABLE"])
+  assert "TABLE['a'] = 1; TABLE.update(b=2)" in {c["cell"]: c["source"] for c in got}[3]
+
+
+def test_csv_fields_are_never_formulas():
+  for text in ("=1+1", "+cmd|' /C calc'!A0", "-2+3", "@SUM(A1)", "\t=1", " =x", "\uff1dx"):
+    assert report.neutral(text).startswith("'"), text
+  for text in ("alice", "0", "1.5", "-1", "not done yet: =1"):
+    assert report.neutral(text) == text
+
+
+def test_names_are_printable():
+  from coursekit.submissions import printable
+  assert printable(os.fsdecode(b"caf\xe9.ipynb")) == "caf\\xe9.ipynb"
+  assert printable("a\x1b[31mb\nc") == "a\\x1b[31mb\\nc"
+  assert printable("\ud800x") == "\\xed\\xa0\\x80x"
+
+
+def test_grader_memory_stays_low_on_hostile_input(tmp_path):
+  """Zips and notebooks built to make the grader's parse use gigabytes: the grader reads one
+  notebook at a time, refuses what would cost too much, and stays under 300 MB."""
+  big = "[" + " " * (15 << 20) + "]"   # one string, 80 times
+  bomb_members = [(f"class/s{i}/part1.ipynb", big) for i in range(80)]
+  zpath = F.zipped(tmp_path / "bomb.zip", bomb_members)   # 80 x 15 MiB of spaces: 1.2 GB
+  assert zpath.stat().st_size < 3 << 20
+  folder = tmp_path / "folder"
+  folder.mkdir()
+  (folder / "values.ipynb").write_text("[" + "{}," * (5 << 20) + "{}]")   # 5 M objects in 15 MB
+  (folder / "strings.ipynb").write_text("[" + '"ab",' * (3 << 20) + '""]')
+  (folder / "deep.ipynb").write_text("[" * 100_000 + "]" * 100_000)
+  for src in (zpath, folder):
+    proc = finish(start(src, "--out", tmp_path / "out", "--seed", 3, "--no-sandbox"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    peak = float(proc.stdout.split("peak memory ")[1].split()[0])
+    assert peak < 300, (src, peak)
+    rows = read_rows(tmp_path / "out")
+    assert rows and all(r["status"] == "fail" for r in rows)
+  reasons = {r["submission"]: r["reason"] for r in rows}
+  assert "more than a notebook needs" in reasons["values.ipynb"]
+  assert "nested too deeply" in reasons["deep.ipynb"] or "unreadable" in reasons["deep.ipynb"]

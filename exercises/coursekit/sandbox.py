@@ -15,8 +15,9 @@ Each run gets:
   bwrap >= 0.8), and an environment of its own;
 * nothing of the grader: bwrap starts with an empty environment and reads its
   options from a file descriptor, so the sandbox's /proc/1/environ is empty and
-  its /proc/1/cmdline is `bwrap --args N -- <command>`; the result channel is a
-  pipe whose number the command gets on stdin, not from the environment;
+  its /proc/1/cmdline is `bwrap --args 4 -- <command>`; the result channel is a
+  pipe whose number the command gets on stdin, not from the environment; and
+  every descriptor has the same number in every run (`FD_RESULT`, ...);
 * limits for the sandbox as a whole, from cgroups: memory (tmpfs included) and
   the number of processes. As root, from the cgroup v1 `memory` and `pids`
   controllers; otherwise from `systemd-run --user --scope` where a user
@@ -161,26 +162,28 @@ class Sandbox:
     """Run `command` inside a fresh sandbox, with `binds` ({host: inside}, read-only),
     `files` ({inside: host path}, copied in) and `env` added; wait at most
     `limits.timeout` seconds. `stdin`: bytes, or a function of the result descriptor's
-    number that gives them. Without a sandbox (trusted use), `command` runs as a plain
-    subprocess in `cwd`, with `env` added to ours."""
+    number that gives them (`FD_RESULT` in a sandbox). Without a sandbox (trusted use),
+    `command` runs as a plain subprocess in `cwd`, with `env` added to ours."""
     lim = self.limits
     r_fd, w_fd = os.pipe()
-    data = stdin(w_fd) if callable(stdin) else stdin
+    data = stdin(FD_RESULT if self.enabled else w_fd) if callable(stdin) else stdin
     cg = _Cgroup(lim) if self.mode == "cgroup-v1" else None
     opened = []
     if self.enabled:
-      fds = {inside: os.open(host, os.O_RDONLY | os.O_CLOEXEC) for inside, host in (files or {}).items()}
-      opened += fds.values()
-      options, tail = self.argv(command, binds or {}, env or {}, fds)
+      host_fds = [os.open(host, os.O_RDONLY | os.O_CLOEXEC) for host in (files or {}).values()]
+      opened += host_fds
+      inside = {dest: FD_FILES + i for i, dest in enumerate(files or {})}
+      options, tail = self.argv(command, binds or {}, env or {}, inside)
       args_fd = os.memfd_create("bwrap-args") if hasattr(os, "memfd_create") else _temp_fd()
       opened.append(args_fd)
       os.write(args_fd, b"".join(a.encode() + b"\0" for a in options))
       os.lseek(args_fd, 0, os.SEEK_SET)
-      inner = [self.env_path, "-i", *self.rlimit_argv(), self.bwrap, "--args", str(args_fd), *tail]
-      pass_fds = (w_fd, args_fd, *fds.values())
+      inner = [self.env_path, "-i", *self.rlimit_argv(), self.bwrap, "--args", str(FD_ARGS), *tail]
+      child_fds = {FD_RESULT: w_fd, FD_ARGS: args_fd,
+                   **{FD_FILES + i: fd for i, fd in enumerate(host_fds)}}
       popen_env = {}
     else:
-      inner, pass_fds = command, (w_fd,)
+      inner = command
       popen_env = dict(os.environ, **self.env, **(env or {}))
     if cg is not None:
       inner = ["/bin/sh", "-c", ''
@@ -192,13 +195,14 @@ class Sandbox:
       inner = ["systemd-run", "--user", "--scope", "--quiet", "--collect",
                f"-pMemoryMax={lim.memory_mib}M", "-pMemorySwapMax=0",
                f"-pTasksMax={lim.pids}", "--", *inner]
-    if self.enabled:
-      cwd = "/"
     t0 = time.monotonic()
     try:
-      proc = subprocess.Popen(inner, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, pass_fds=pass_fds, env=popen_env,
-                              cwd=cwd, start_new_session=True)
+      if self.enabled:
+        proc = _Spawned(inner, popen_env, child_fds)
+      else:
+        proc = subprocess.Popen(inner, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, pass_fds=(w_fd,), env=popen_env,
+                                cwd=cwd, start_new_session=True)
     except OSError as e:
       for fd in (r_fd, w_fd, *opened):
         os.close(fd)
@@ -241,6 +245,46 @@ class Sandbox:
       status = "exited"
     return Result(status, rc, sig, oom, out.text(), out.total, res.data(), res.truncated,
                   time.monotonic() - t0)
+
+
+# A sandbox's descriptors, the same in every run (whatever the grader has open, however
+# many runs are at once): the result pipe, bwrap's options, the files copied in.
+FD_RESULT, FD_ARGS, FD_FILES = 3, 4, 5
+
+
+class _Spawned:
+  """A process in a new session, started by `os.posix_spawnp` with its descriptors at
+  fixed numbers ({child fd: parent fd}; `subprocess` keeps the parent's numbers, and its
+  `preexec_fn` is not safe with threads). Stdout and stderr are one pipe. Like Popen:
+  `pid`, `stdin`, `stdout`, `wait(timeout)`, `returncode`."""
+
+  def __init__(self, argv, env, fds: dict):
+    in_r, in_w = os.pipe()
+    out_r, out_w = os.pipe()
+    fds = {0: in_r, 1: out_w, 2: out_w, **fds}
+    spare = max([*fds, *fds.values()]) + 1   # out of the way of every source and target
+    actions = [(os.POSIX_SPAWN_DUP2, src, spare + i) for i, src in enumerate(fds.values())]
+    actions += [(os.POSIX_SPAWN_DUP2, spare + i, dst) for i, dst in enumerate(fds)]
+    actions += [(os.POSIX_SPAWN_CLOSE, spare + i) for i in range(len(fds))]
+    try:
+      self.pid = os.posix_spawnp(argv[0], argv, env, file_actions=actions, setsid=True)
+    finally:
+      os.close(in_r)
+      os.close(out_w)
+    self.stdin, self.stdout = os.fdopen(in_w, "wb"), os.fdopen(out_r, "rb")
+    self.returncode = None
+    self._done = threading.Event()
+    threading.Thread(target=self._reap, daemon=True).start()
+
+  def _reap(self):
+    _, status = os.waitpid(self.pid, 0)
+    self.returncode = os.waitstatus_to_exitcode(status)
+    self._done.set()
+
+  def wait(self, timeout=None):
+    if not self._done.wait(timeout):
+      raise subprocess.TimeoutExpired(str(self.pid), timeout)
+    return self.returncode
 
 
 def _temp_fd() -> int:
