@@ -156,6 +156,38 @@ def test_stub_is_not_stale(build, part):
 
 
 @pytest.mark.parametrize("part", PARTS)
+def test_every_probe_draws_seeded_inputs(build, part):
+  """The build runs each probe at two seeds and refuses one whose records don't change:
+  its seed-0 records, which ship with the stub, would answer it at any seed."""
+  proc, _ = build[part]
+  assert "are the same at seeds" not in proc.stdout + proc.stderr
+  assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_a_probe_without_seeded_inputs_is_refused(tmp_path):
+  from coursekit import checks, probe
+  spec = probe.Spec("9.9", lambda p, f: p.value("f(2)", f(2.)), ("f",), {})
+  records = probe.run(spec, {"f": abs}, seed=0)
+  with pytest.raises(RuntimeError, match="the same at seeds 0 and 1"):
+    checks._record("part9", "9.9", spec, {"f": abs}, records, tmp_path / "part9.json")
+  seeded = probe.Spec("9.9", lambda p, f: p.value("f(x)", f(p.rng.normal())), ("f",), {})
+  records = probe.run(seeded, {"f": abs}, seed=0)
+  checks._record("part9", "9.9", seeded, {"f": abs}, records, tmp_path / "part9.json")
+  assert json.loads((tmp_path / "part9.json").read_text())["9.9"] == records
+
+
+def test_records_compare_with_tolerances_not_bytes():
+  from coursekit.stubs import same_records
+  rec = lambda v, dtype="float64": {"9.9": [{"label": "y", "rtol": 1e-7, "atol": 1e-9,
+                                             "dtype": True, "value": {
+      "k": "array", "dtype": dtype, "shape": [1], "data": [v]}}]}
+  assert same_records(json.dumps(rec(-0.09291139646141891)), json.dumps(rec(-0.092911396461419)))
+  assert same_records(json.dumps(rec(1.0000001, "float32")), json.dumps(rec(1.0, "float32")))
+  assert not same_records(json.dumps(rec(1.001)), json.dumps(rec(1.0)))
+  assert not same_records(json.dumps(rec(1.0)), json.dumps({"9.8": rec(1.0)["9.9"]}))
+
+
+@pytest.mark.parametrize("part", PARTS)
 def test_stub_has_no_solutions_and_stored_check_outputs(part):
   stub = stub_path(part)
   nb = nbformat.read(stub, as_version=4)
