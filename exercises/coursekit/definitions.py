@@ -163,13 +163,17 @@ def _shares_line(python: str, node) -> bool:
 
 def select(cells: list[dict], names, exercise: str | None = None) -> list[dict]:
   """The code to run for an exercise whose probe takes `names`: from a program
-  (`[{"kind": "stub"|"learner", "source", "exercise"}]`), every stub cell whole, and
-  from the learner's cells the statements that define `names` and what they need.
-  Returns `[{"kind", "source", "cell"}]` in program order, `cell` indexing `cells`.
+  (`[{"kind": "stub"|"learner", "source", "exercise", "after"}]`, as `grade.program`
+  gives it), every stub cell whole, and from the learner's cells above the exercise's
+  check cell (those whose `after` doesn't name it: what "Run All" has run when the
+  check runs, so a helper redefined further down is not the one the check sees) the
+  statements that define `names` and what they need. Returns
+  `[{"kind", "source", "cell"}]` in program order, `cell` indexing `cells`.
 
   A learner cell that doesn't parse is kept whole (it will report its SyntaxError)
   when it is the exercise's own solution cell or looks like it defines a name the
   exercise needs."""
+  cells = [{**c, "kind": "later"} if exercise in c.get("after", ()) else c for c in cells]
   parsed = {}
   assigned = set()   # names some statement binds other than by import (so: objects of the notebook)
   for i, c in enumerate(cells):
@@ -195,6 +199,8 @@ def select(cells: list[dict], names, exercise: str | None = None) -> list[dict]:
     by_cell.setdefault(learner[k].cell, []).append(learner[k].node)
   out = []
   for i, c in enumerate(cells):
+    if c["kind"] == "later":
+      continue
     if c["kind"] != "learner":
       out.append({"kind": c["kind"], "source": c["source"], "cell": i})
     elif parsed[i] is None:

@@ -231,9 +231,24 @@ def graft(submission, canonical):
   return nb
 
 
+def _checks_above(cells) -> list:
+  """For each cell, the exercises whose check cells come before it (in the order given)."""
+  seen, out = [], []
+  for c in cells:
+    out.append(list(seen))
+    if is_check(c):
+      seen.append(str(c.get("metadata", {}).get("exercise")))
+  return out
+
+
 def program(nb, stub: Stub) -> list[dict]:
-  """The code a sandbox runs for `nb`: [{"kind", "source", "exercise", "id"}], in order.
-  kind: "stub" (the grader's setup and given code) or "learner"."""
+  """The code of `nb`, rebuilt around the stub: [{"kind", "source", "exercise", "id",
+  "after"}], in order. kind: "stub" (the grader's setup and given code) or "learner";
+  `after`: the exercises whose check cells come before a learner's cell in the notebook
+  as handed in (a check doesn't see what is below it: `definitions.select`)."""
+  nb = copy.deepcopy(nb)
+  for c, above in zip(nb.cells, _checks_above(nb.cells)):
+    c.setdefault("metadata", {})["coursekit_after"] = above
   grafted = graft(nb, stub.nb)
   canon = {c.id for c in canonical_cells(stub.nb)}
   sol_ids = {cid: ex for ex, ids in stub.solution_ids.items() for cid in ids}
@@ -244,7 +259,8 @@ def program(nb, stub: Stub) -> list[dict]:
     cid = c.get("id")
     kind = "stub" if cid in canon else "learner"
     ex = sol_ids.get(cid) or (str(c.metadata.get("exercise")) if is_solution(c) else None)
-    out.append({"kind": kind, "source": c.source, "exercise": ex, "id": cid})
+    after = c.metadata.get("coursekit_after", []) if kind == "learner" else []
+    out.append({"kind": kind, "source": c.source, "exercise": ex, "id": cid, "after": after})
   return out
 
 
@@ -252,10 +268,10 @@ def reference_program(part: str) -> list[dict]:
   """The reference solution's code (the exercise source with its solutions)."""
   nb = read_source(next(p for p in SOURCE.iterdir() if p.stem == part))
   out = []
-  for c in nb.cells:
+  for c, above in zip(nb.cells, _checks_above(nb.cells)):
     if c.cell_type == "code" and not is_check(c):
       kind = "learner" if is_solution(c) else "stub"
-      out.append({"kind": kind, "source": c.source, "id": c.id,
+      out.append({"kind": kind, "source": c.source, "id": c.id, "after": above,
                   "exercise": str(c.metadata.get("exercise")) if is_solution(c) else None})
   return out
 
