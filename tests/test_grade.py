@@ -568,6 +568,11 @@ def test_only_the_definitions_an_exercise_needs_run():
   assert "np.pi" not in src[3]                             # patching a module: never needed
   got = definitions.select(cells, ["TABLE"])
   assert "TABLE['a'] = 1; TABLE.update(b=2)" in {c["cell"]: c["source"] for c in got}[3]
+  below = {"kind": "learner", "source": "def answer(v):\n  return 0", "exercise": None,
+           "after": ["9.9"]}   # below 9.9's check cell: the check never sees it
+  assert [c["cell"] for c in definitions.select(cells + [below], ["answer"], "9.9")] == \
+      [0, 1, 2, 3, 5]
+  assert [c["cell"] for c in definitions.select(cells + [below], ["answer"], "9.8")][-1] == 7
 
 
 def test_csv_fields_are_never_formulas():

@@ -13,7 +13,6 @@ from __future__ import annotations
 import ast
 import builtins
 import io
-import re
 import tokenize
 from collections import defaultdict
 
