@@ -17,7 +17,7 @@ How a notebook is graded (the instructor guide has the threat model):
    the grader's own; check cells are dropped (they are the learner's feedback,
    not the grade).
 3. For each exercise, only the learner's definitions that the exercise's answers
-   need run (`coursekit.definitions`), with the stub's cells, in a fresh
+   need, above its check cell, run (`coursekit.definitions`), with the stub's cells, in a fresh
    bubblewrap sandbox (`coursekit.sandbox`), against the learner edition of the
    library, in which that exercise's answers are absent (`coursekit.edition`);
    then the exercise's probe (`coursekit.probe`) runs the learner's answers on
