@@ -12,8 +12,10 @@ cells, code that patches the library or the grader) doesn't run for the
 exercise, so it can't use up the exercise's time or change its result, and an
 exercise's grade depends on nothing but its own answers.
 
-The stub's own cells (setup, given code) are the grader's, and always run whole.
-Statements keep their line numbers, so errors point where they do in the notebook.
+Only cells above the exercise's check cell count, as in *Run All*: the check
+never sees what is defined below it. The stub's own cells (setup, given code)
+are the grader's, and always run whole. Statements keep their line numbers, so
+errors point where they do in the notebook.
 """
 from __future__ import annotations
 
