@@ -65,11 +65,10 @@ def grading(ctx) -> Table:
       t0 = time.perf_counter()
       grader = grade.Grader(stubs, opts)
       mode = grader.ws.sandbox.mode
-      parsed = [grade.parse(s, stubs, opts) for s in grade.collect(folder)]
       bar = ctx.progress(range(6 * n), "grading")
       grader.progress = lambda: bar.update(1)
       try:
-        rows = grader.grade(parsed, JOBS)
+        rows = grader.grade(grade.collect(folder), JOBS)
       finally:
         bar.close()
         grader.close()
@@ -99,10 +98,12 @@ def grading(ctx) -> Table:
           f"bubblewrap sandbox ({sandbox.MODE_TEXT.get(mode, mode)}), {JOBS} at a time, "
           "against the learner edition without that exercise's answer; the reference "
           "solution's runs for the seed are included (cold cache); then grades.csv and "
-          "grades.html are written. *Per run* is the mean wall time of one sandbox run; "
-          "*in cells* the part of it spent executing the notebook's cells (the probe "
-          "excluded); *overhead* the rest: starting the sandbox and Python, importing "
-          "NumPy and the library, the probe, reading the result. "
+          "grades.html are written. Each run executes the stub's cells and the learner's "
+          "definitions that the exercise needs, then the probe. *Per run* is the mean wall "
+          "time of one sandbox run; *in cells* the part of it spent executing those cells "
+          "(the probe excluded); *overhead* the rest: starting the sandbox and Python, "
+          "importing NumPy and the library (from a zip with bytecode), the probe, reading "
+          "the result. "
           f"**Goal:** 100 submissions in at most {GOAL_S:g} s on 2 cores "
           f"(scaled to {goal:g} s for {n})."),
       columns=[Column("case", "submissions"), Column("jobs", "jobs"),

@@ -9,9 +9,22 @@ the stub fails everything, the solutions pass everything, a mistake notebook
 fails exactly the exercises it has a mistake in. The grader's abuse cases are
 in test_grade.py.
 
+The reference build runs with XLA's CPU code limited to SSE4.2
+(`--xla_cpu_max_isa`), so that its transcendental functions round differently
+in the last bits than the machine that wrote the committed records: they must
+still be up to date, since records are compared with tolerances.
+
+One verdict: for every exercise whose answer the library has a function for
+(`tests/fixtures/delegations.py`), notebooks that delegate to it (by import,
+alias, closure, getattr, functools.partial) fail in their check cells and
+under the grader, both saying which library function was called and that the
+exercise asks you to write it. And no public function or rule of the library
+passes any exercise as its answer (`tests/fixtures/candidates.py`).
+
 Notebook runs are slow, so the module runs each one once in module-scoped
 fixtures: one reference build (`coursekit.stubs --check --solutions`), then,
-at the same time, one nbval run over every notebook and one grader run per part.
+at the same time, one nbval run over every notebook, one grader run per part,
+and one run of the delegation notebooks' check cells.
 """
 import copy
 import csv
@@ -30,6 +43,8 @@ from coursekit import sandbox
 
 ROOT = Path(__file__).resolve().parents[1]
 EXERCISE_DIR = ROOT / "exercises"
+sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
+import delegations  # noqa: E402
 
 
 def _exercises(stub: Path) -> list:
@@ -67,13 +82,19 @@ def _env():
 
 def run(*args, **kw):
   return subprocess.run([sys.executable, *args], cwd=kw.pop("cwd", ROOT), env=_env(),
-                        capture_output=True, text=True, timeout=600, **kw)
+                        capture_output=True, text=True, timeout=1200, **kw)
 
 
-def start(*args, cwd=ROOT):
+def start(*args, cwd=ROOT, env=None):
   """Start `python *args` in the background; `finish` waits for it."""
-  return subprocess.Popen([sys.executable, *args], cwd=cwd, env=_env(), text=True,
+  return subprocess.Popen([sys.executable, *args], cwd=cwd, env=env or _env(), text=True,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+# XLA's CPU code without AVX: its exp, tanh, log1p round differently in the last bits.
+OTHER_CPU = dict(os.environ, XLA_FLAGS=(os.environ.get("XLA_FLAGS", "")
+                                        + " --xla_cpu_max_isa=SSE4_2").strip())
+OTHER_CPU.pop("PYTEST_ADDOPTS", None)
 
 
 def finish(proc) -> subprocess.CompletedProcess:
@@ -105,7 +126,8 @@ def build(tmp_path_factory):
   """Rebuild every stub in memory (`--check`) and write the solutions, the
   parts at the same time: {part: (process, solutions folder)}."""
   out = tmp_path_factory.mktemp("solutions")
-  procs = {part: start("-m", "coursekit.stubs", "--check", "--solutions", str(out), part)
+  procs = {part: start("-m", "coursekit.stubs", "--check", "--solutions", str(out), part,
+                       env=OTHER_CPU)
            for part in PARTS}
   return {part: (finish(proc), out) for part, proc in procs.items()}
 
@@ -131,6 +153,38 @@ def test_stub_is_not_stale(build, part):
   assert proc.returncode == 0, proc.stdout + proc.stderr
   assert f"{part}.ipynb: up to date" in proc.stdout
   assert f"expected/{part}.json: up to date" in proc.stdout
+
+
+@pytest.mark.parametrize("part", PARTS)
+def test_every_probe_draws_seeded_inputs(build, part):
+  """The build runs each probe at two seeds and refuses one whose records don't change:
+  its seed-0 records, which ship with the stub, would answer it at any seed."""
+  proc, _ = build[part]
+  assert "are the same at seeds" not in proc.stdout + proc.stderr
+  assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_a_probe_without_seeded_inputs_is_refused(tmp_path):
+  from coursekit import checks, probe
+  spec = probe.Spec("9.9", lambda p, f: p.value("f(2)", f(2.)), ("f",), {})
+  records = probe.run(spec, {"f": abs}, seed=0)
+  with pytest.raises(RuntimeError, match="the same at seeds 0 and 1"):
+    checks._record("part9", "9.9", spec, {"f": abs}, records, tmp_path / "part9.json")
+  seeded = probe.Spec("9.9", lambda p, f: p.value("f(x)", f(p.rng.normal())), ("f",), {})
+  records = probe.run(seeded, {"f": abs}, seed=0)
+  checks._record("part9", "9.9", seeded, {"f": abs}, records, tmp_path / "part9.json")
+  assert json.loads((tmp_path / "part9.json").read_text())["9.9"] == records
+
+
+def test_records_compare_with_tolerances_not_bytes():
+  from coursekit.stubs import same_records
+  rec = lambda v, dtype="float64": {"9.9": [{"label": "y", "rtol": 1e-7, "atol": 1e-9,
+                                             "dtype": True, "value": {
+      "k": "array", "dtype": dtype, "shape": [1], "data": [v]}}]}
+  assert same_records(json.dumps(rec(-0.09291139646141891)), json.dumps(rec(-0.092911396461419)))
+  assert same_records(json.dumps(rec(1.0000001, "float32")), json.dumps(rec(1.0, "float32")))
+  assert not same_records(json.dumps(rec(1.001)), json.dumps(rec(1.0)))
+  assert not same_records(json.dumps(rec(1.0)), json.dumps({"9.8": rec(1.0)["9.9"]}))
 
 
 @pytest.mark.parametrize("part", PARTS)
@@ -172,9 +226,23 @@ def notebooks(part, solutions) -> dict:
   return nbs
 
 
+def delegating(part, solutions) -> dict:
+  """{name: notebook}: the solutions, with every answer the library has a function for
+  delegated to it, one way per notebook."""
+  return {f"delegate-{v}": delegations.notebook(solutions, part, v) for v in delegations.VARIANTS}
+
+
+# Exercises whose answers the library has no function for (nothing to delegate to): the
+# primitive that the chapter defines, a jaxpr built by hand, a count, a backward scan built
+# from the library's scan, a chain of traces, and a jaxpr read by hand.
+NOTHING_TO_DELEGATE = {"2.6", "4.7", "4.9", "T.5", "C.6", "P.1", "P.2", "P.3", "P.4", "P.5", "P.6"}
+
+
 def expected(part, name) -> dict:
   """{exercise: "passed" | "failed"} that both ways must give."""
   exercises = PARTS[part]
+  if name.startswith("delegate-"):
+    return {ex: "passed" if ex in NOTHING_TO_DELEGATE else "failed" for ex in exercises}
   if name == "stub":
     return dict.fromkeys(exercises, "failed")
   if name == "solutions":
@@ -191,15 +259,20 @@ def runs(all_solutions, tmp_path_factory):
            "graded": {part: (process, {(name, exercise): row}, digest before, after)}}."""
   root = tmp_path_factory.mktemp("both-ways")
   (root / "pytest.ini").write_text("[pytest]\n")
-  folders = {}
+  folders, plain, delegated = {}, [], []
   for part in PARTS:
     folders[part] = root / part
     folders[part].mkdir()
     for name, nb in notebooks(part, all_solutions[part]).items():
       nbformat.write(nb, folders[part] / f"{name}.ipynb")
+      plain.append(f"{part}/{name}.ipynb")
+    for name, nb in delegating(part, all_solutions[part]).items():
+      nbformat.write(nb, folders[part] / f"{name}.ipynb")
+      delegated.append(str(folders[part] / f"{name}.ipynb"))
   nbval = start("-m", "coursekit.nbval_run", "-q", "-c", "pytest.ini", "--rootdir", ".",
                 "--nbval-lax", "--nbval-current-env", "--nbval-cell-timeout=120",
-                "--junitxml=junit.xml", *PARTS, cwd=root)
+                "--junitxml=junit.xml", *plain, cwd=root)
+  checks = start(str(ROOT / "tests" / "fixtures" / "delegations.py"), *delegated)
   graders = {}
   for part in PARTS:
     out = tmp_path_factory.mktemp(f"grades-{part}")
@@ -229,7 +302,11 @@ def runs(all_solutions, tmp_path_factory):
       rows = {(r["submission"].removesuffix(".ipynb"), r["exercise"]): r
               for r in csv.DictReader(f)}
     graded[part] = (proc, rows, before, digest(folders[part]))
-  return {"nbval": outcomes, "graded": graded}
+  proc = finish(checks)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  said = {(Path(path).parent.name, Path(path).stem): by_ex
+          for path, by_ex in json.loads(proc.stdout.splitlines()[-1]).items()}
+  return {"nbval": outcomes, "graded": graded, "delegations": said}
 
 
 def check_cell_numbers(nb) -> dict:
@@ -264,6 +341,49 @@ def test_grader_reasons(runs, part):
              and name.startswith("mistakes")]
     for r in fails:   # a mistake names the case that differs, not a crash of the tooling
       assert r["reason"] and "grader error" not in r["reason"], r
+
+
+@pytest.mark.parametrize("part", PARTS)
+def test_one_verdict_on_answers_that_delegate_to_the_library(runs, all_solutions, part):
+  """The check cells and the grader fail every delegated answer, both naming the library
+  function called and saying that the exercise asks you to write it."""
+  _, rows, *_ = runs["graded"][part]
+  todo = delegations.plan(part, all_solutions[part])
+  assert set(PARTS[part]) - set(todo) <= NOTHING_TO_DELEGATE
+  for name in delegating(part, all_solutions[part]):
+    said = runs["delegations"][part, name]
+    for ex in PARTS[part]:
+      got = rows[name, ex]
+      if ex not in todo:
+        assert got["status"] == "pass" and said[ex].startswith("passed"), (name, ex, said[ex])
+        continue
+      lib = "`" + todo[ex][2].replace(":", ".") + "`"
+      if name == "delegate-getattr" and "asks you to write" not in got["reason"]:
+        # Looked up when called: a probe that swaps the very function (3.4's jit._specialize)
+        # hands over its own, so the answer fails on that, the same way both ways.
+        assert got["reason"].split(": raised ")[-1] in said[ex], (ex, got["reason"], said[ex])
+        continue
+      for where, text in (("grader", got["reason"]), ("notebook", said[ex])):
+        assert "asks you to write" in text and lib in text, (name, ex, where, text)
+      assert got["status"] == "fail" and said[ex].startswith("NotImplementedError"), (name, ex)
+
+
+@pytest.mark.parametrize("part", PARTS)
+def test_no_library_function_answers_an_exercise(part):
+  """Each public function, method and rule of the library, as each answer of each
+  exercise: none passes (a function that computes an answer belongs in `removes`)."""
+  proc = run(str(ROOT / "tests" / "fixtures" / "candidates.py"), part)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  got = json.loads(proc.stdout.splitlines()[-1])
+  assert got["tried"] > 300 and got["passed"] == [], got["passed"]
+
+
+def test_candidates_find_a_function_missing_from_removes():
+  """The search can fail: without jacrev in 1.6's removes, jacrev answers it."""
+  proc = run(str(ROOT / "tests" / "fixtures" / "candidates.py"), "part1", "--only", "1.6",
+             "--keep", "autodidax.api:jacrev")
+  got = json.loads(proc.stdout.splitlines()[-1])
+  assert ["1.6", "jacfwd", "autodidax.api.jacrev"] in got["passed"], (got, proc.stderr[-2000:])
 
 
 @pytest.mark.parametrize("part", PARTS)

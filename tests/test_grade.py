@@ -3,10 +3,12 @@
 Each notebook of the abuse catalogue (tests/fixtures/grading/grading_fixtures.py,
 generated from Part 1's source) misbehaves in one way; the grader must give it
 the grade it deserves with a clear reason, without stopping the batch, letting
-anything outlive its sandbox, or changing a submission, the output folder or
-the course. The catalogue is graded twice at once, serially and with two jobs,
-at the same seed: the two reports must be byte-identical. A zip with odd
-members is graded too. The rest are quick unit tests of the parts.
+anything outlive its sandbox, leaking anything of the grader into a sandbox,
+or changing a submission, the output folder or the course. The catalogue, with
+a file whose name isn't UTF-8 and symbolic links, is graded twice at once,
+serially and with two jobs, at the same seed: the two reports must be
+byte-identical. A zip with odd members is graded too, and zips and notebooks
+built to exhaust memory. The rest are quick unit tests of the parts.
 """
 import csv
 import hashlib
@@ -14,6 +16,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -65,11 +68,18 @@ def read_rows(out: Path):
 COURSE = [ROOT / "exercises" / "coursekit", ROOT / "exercises" / "source", ROOT / "lib"]
 
 
+CANARY = "ADX_GRADER_CANARY"   # a variable of the grader's environment, which no sandbox may see
+ODD_NAME = b"caf\xe9-\x1b[31m.ipynb"   # not UTF-8, with a terminal escape
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
   subs = tmp_path_factory.mktemp("abuse")
   outs = {k: tmp_path_factory.mktemp(f"grades-{k}") for k in ("serial", "jobs2", "zip")}
   F.write(subs, paths={"subs": subs, "out": outs["serial"], "repo": ROOT})
+  (subs / os.fsdecode(ODD_NAME)).write_text(F.cases()["full.ipynb"])
+  (subs / "link.ipynb").symlink_to(subs / "full.ipynb")
+  (subs / "linked_folder").symlink_to(ROOT / "exercises")
   cases = F.cases()
   bomb = '{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5, "x": "' + \
       " " * (40 << 20) + '"}'
@@ -78,25 +88,28 @@ def runs(tmp_path_factory):
       ("class/alice.ipynb", cases["full.ipynb"]), ("class/alice.ipynb", cases["stub.ipynb"]),
       ("class/BOB.IPYNB", cases["full.ipynb"]), ("class/bomb.ipynb", bomb),
       ("class/.ipynb_checkpoints/alice-checkpoint.ipynb", cases["corrupt.ipynb"]),
-      ("__MACOSX/class/._alice.ipynb", "junk")])
+      ("__MACOSX/class/._alice.ipynb", "junk"), ("class/link.ipynb", F.SYMLINK)])
   course = {str(p): digest(p) for p in COURSE}
   before = digest(subs), digest(zdir)
   common = ["--seed", SEED, "--timeout", TIMEOUT, "--memory", MEMORY]
-  procs = {"serial": start(subs, "--out", outs["serial"], "--jobs", 1, *common),
-           "jobs2": start(subs, "--out", outs["jobs2"], "--jobs", 2, *common),
-           "zip": start(zpath, "--out", outs["zip"], "--jobs", 2, *common)}
+  env = dict(_env(), **{CANARY: "canary-value-3141"})
+  procs = {"serial": start(subs, "--out", outs["serial"], "--jobs", 1, *common, env=env),
+           "jobs2": start(subs, "--out", outs["jobs2"], "--jobs", 2, *common, env=env),
+           "zip": start(zpath, "--out", outs["zip"], "--jobs", 2, *common, env=env)}
   done = {k: finish(p) for k, p in procs.items()}
   for k, proc in done.items():
     assert proc.returncode == 0, proc.stdout + proc.stderr
   time.sleep(1)
   left = subprocess.run(["pgrep", "-f", f"sleep {F.DAEMON_MARK}"], capture_output=True, text=True)
   return {"procs": done, "outs": outs, "before": before, "after": (digest(subs), digest(zdir)),
-          "course": (course, {str(p): digest(p) for p in COURSE}), "left": left.stdout}
+          "course": (course, {str(p): digest(p) for p in COURSE}), "left": left.stdout,
+          "subs": subs}
 
 
 @pytest.fixture(scope="module")
-def abuse(runs):
-  return {(r["submission"], r["exercise"]): r for r in read_rows(runs["outs"]["serial"])}
+def abuse(runs):   # by submission as named (grades.csv neutralizes a name like a formula)
+  return {(r["submission"].removeprefix("'") if r["submission"].startswith("'=") else
+           r["submission"], r["exercise"]): r for r in read_rows(runs["outs"]["serial"])}
 
 
 @needs_bwrap
@@ -122,14 +135,66 @@ def test_abuse_notes(abuse, name):
 
 @needs_bwrap
 def test_no_false_alarms(abuse):
-  for name in ("full.ipynb", "twin_one.ipynb", "vandal.ipynb"):
+  for name in ("full.ipynb", "twin_one.ipynb", "slow_demos.ipynb", "endless_cell.ipynb"):
     assert abuse[name, "1.1"]["notes"] == "", name
+
+
+@needs_bwrap
+@pytest.mark.parametrize("name", sorted(F.STUDENTS))
+def test_abuse_students(abuse, name):
+  assert {r["student"] for (sub, _), r in abuse.items() if sub == name} == {F.STUDENTS[name]}
 
 
 @needs_bwrap
 def test_serial_and_parallel_grades_are_identical(runs):
   for name in ("grades.csv", "grades.html"):
     assert (runs["outs"]["serial"] / name).read_bytes() == (runs["outs"]["jobs2"] / name).read_bytes()
+
+
+@needs_bwrap
+def test_nothing_of_the_grader_reaches_a_sandbox(runs, abuse):
+  """The notebook that reads /proc/1/environ, /proc/1/cmdline, its own environment and
+  its mounts, and raises what it saw: none of the grader's folders or variables."""
+  reasons = " ".join(r["reason"] for (sub, _), r in abuse.items()
+                     if sub == "leak_environment.ipynb")
+  assert "| " in reasons   # it did read them
+  for secret in (str(runs["subs"]), str(runs["outs"]["serial"]), "canary-value", CANARY,
+                 "COURSEKIT", "coursekit-grade", str(ROOT / "exercises"), str(ROOT / "lib"),
+                 tempfile.gettempdir() + "/coursekit"):
+    assert secret not in reasons, secret
+
+
+@needs_bwrap
+def test_reports_are_safe_to_open(runs):
+  """No field of grades.csv starts as a formula; odd bytes in names come out escaped;
+  symbolic links and odd names get rows of their own."""
+  text = (runs["outs"]["serial"] / "grades.csv").read_text(encoding="utf-8")
+  rows = read_rows(runs["outs"]["serial"])
+  for r in rows:
+    for k, v in r.items():
+      assert not v.startswith(("=", "+", "-", "@")), (k, v)
+  assert "'=HYPERLINK(1).ipynb" in text and "'+cmd|' /C calc'!A0" in text
+  assert "'=2+5+cmd" in text   # a label forged into the records
+  odd = [r for r in rows if r["submission"].startswith("caf")]
+  assert {r["submission"] for r in odd} == {"caf\\xe9-\\x1b[31m.ipynb"}
+  assert {r["status"] for r in odd} == {"pass"} and "\x1b" not in text
+  links = {r["submission"]: r["reason"] for r in rows if "link" in r["submission"]}
+  assert set(links) == {"link.ipynb", "linked_folder"}
+  assert all(reason.startswith("skipped: a symbolic link") for reason in links.values())
+
+
+@needs_bwrap
+def test_the_shipped_records_answer_nothing(abuse):
+  """Replaying the seed-0 records (by patching the probe, or through every open pipe)
+  fails at the grader's seed."""
+  for name in ("replay_key.ipynb", "forge_channel.ipynb"):
+    for ex in F.PART1:
+      assert abuse[name, ex]["status"] == "fail"
+
+
+def test_seed_of_the_shipped_records_is_refused(tmp_path):
+  proc = finish(start(tmp_path, "--seed", 0))
+  assert proc.returncode == 2 and "answer key" in proc.stderr
 
 
 @needs_bwrap
@@ -153,7 +218,8 @@ def test_zip_members(runs):
   for r in rows:
     by.setdefault(r["submission"], []).append(r)
   assert sorted(by) == ["class/BOB.IPYNB", "class/alice (copy 2).ipynb", "class/alice.ipynb",
-                        "class/bomb.ipynb"]
+                        "class/bomb.ipynb", "class/link.ipynb"]
+  assert by["class/link.ipynb"][0]["reason"].startswith("skipped: a symbolic link")
   assert {r["status"] for r in by["class/alice.ipynb"]} == {"pass"}
   assert {r["status"] for r in by["class/alice (copy 2).ipynb"]} == {"fail"}
   assert {r["student"] for r in by["class/alice (copy 2).ipynb"]} == {"alice"}
@@ -165,11 +231,12 @@ def test_zip_members(runs):
 def test_report_says_how_it_graded(runs):
   html = (runs["outs"]["serial"] / "grades.html").read_text()
   assert f"<b>seed</b>: {SEED}" in html and "bubblewrap sandbox" in html
+  assert "mallory" in html and "its metadata names the student" in html
   assert "Not sandboxed" not in html
   assert "Near-identical answers" in html and "twin_one (twin_one.ipynb)</td><td>twin_two" in html
   assert "<script" not in html
   proc = runs["procs"]["serial"]
-  assert "grading part1" in proc.stderr   # the progress bar
+  assert "grading " in proc.stderr and "notebooks" in proc.stderr   # the progress bar
   assert f"seed {SEED}" in proc.stdout.strip().splitlines()[-1]
 
 
@@ -245,24 +312,104 @@ def test_sandbox_limits_processes_and_time_and_output():
   assert r.output_bytes == 5_000_000 and len(r.output) == 1000
 
 
+LEAKS = """\
+import json, os
+def read(path):
+  try:
+    return open(path, "rb").read().replace(b"\\0", b" ").decode()
+  except OSError as e:
+    return type(e).__name__
+print(json.dumps({"environ1": read("/proc/1/environ"), "cmdline1": read("/proc/1/cmdline"),
+                  "environ": dict(os.environ), "mountinfo": read("/proc/self/mountinfo"),
+                  "cgroup": read("/proc/self/cgroup")}))
+"""
+
+
+@needs_bwrap
+def test_sandbox_shows_nothing_of_the_grader(tmp_path, monkeypatch):
+  """bwrap starts with an empty environment and its options through a descriptor; what
+  it is given comes in by descriptor too: no path or variable of the grader inside."""
+  monkeypatch.setenv(CANARY, "canary-value-2718")
+  secret = tmp_path / "grader-workspace" / "edition.zip"
+  secret.parent.mkdir()
+  secret.write_bytes(b"PK\x05\x06" + b"\0" * 18)   # an empty zip
+  sb = sandbox.Sandbox(limits=sandbox.Limits(timeout=30))
+  r = sb.run([sb.python, "-c", LEAKS], files={"/opt/autodidax/site.zip": secret},
+             env={"PYTHONPATH": "/opt/autodidax/site.zip"})
+  got = json.loads(r.output)
+  assert got["environ1"] == ""
+  assert got["cmdline1"].split()[:2] == ["bwrap", "--args"] or \
+      got["cmdline1"].split()[0].endswith("/bwrap"), got["cmdline1"]
+  everything = json.dumps(got)
+  for leak in (str(tmp_path), "canary-value", CANARY, "COURSEKIT", str(ROOT / "exercises"),
+               str(ROOT / "lib"), "coursekit-"):
+    assert leak not in everything, leak
+  assert set(got["environ"]) <= {"PATH", "HOME", "TMPDIR", "LANG", "PYTHONDONTWRITEBYTECODE",
+                                 "PYTHONHASHSEED", "PYTHONPATH", "LC_CTYPE", "PWD"}, got["environ"]
+  assert got["environ"].get("PWD", "/tmp") == "/tmp"
+  mounts = {line.split()[4] for line in got["mountinfo"].splitlines()}
+  assert "/opt" not in mounts and "/opt/autodidax/site.zip" not in mounts   # a file, not a mount
+  assert all(line.endswith(":/") for line in got["cgroup"].splitlines() if line), got["cgroup"]
+
+
+@needs_bwrap
+def test_sandbox_file_system_and_namespaces():
+  """Only /tmp and /dev/shm are writable, both size-limited; no user namespaces inside."""
+  code = ("import json, os, subprocess\nr = {}\n"
+          "for p in ('/x', '/dev/x', '/opt/x', '/tmp/x', '/dev/shm/x'):\n"
+          "  try:\n    open(p, 'w').write('a'); r[p] = True\n"
+          "  except OSError:\n    r[p] = False\n"
+          "u = subprocess.run(['unshare', '--user', '--map-root-user', 'id'], capture_output=True)\n"
+          "r['unshare'] = u.returncode\nprint(json.dumps(r))")
+  _, r = run_in_sandbox(code)
+  got = json.loads(r.output)
+  assert got == {"/x": False, "/dev/x": False, "/opt/x": False, "/tmp/x": True,
+                 "/dev/shm/x": True, "unshare": got["unshare"]}, got
+  if sandbox.DISABLE_USERNS:
+    assert got["unshare"] != 0
+
+
+@needs_bwrap
+@pytest.mark.parametrize("mode", ["rlimits", None])
+def test_shared_memory_is_limited_in_every_mode(mode):
+  """/dev/shm and /tmp hold at most their sizes, with or without a cgroup."""
+  code = ("import json\nr = {}\nfor path in ('/dev/shm/f', '/tmp/f'):\n  n = 0\n  try:\n"
+          "    with open(path, 'wb') as f:\n      while n < 4096:\n"
+          "        f.write(b'x' * (1 << 20)); f.flush(); n += 1\n"
+          "  except OSError:\n    pass\n  r[path] = n\nprint(json.dumps(r))")
+  sb = sandbox.Sandbox(limits=sandbox.Limits(timeout=60, shm_mib=32, tmp_mib=48, file_mib=4096),
+                       mode=mode or "")
+  r = sb.run([sb.python, "-c", code])
+  got = json.loads(r.output.strip().splitlines()[-1])
+  assert got["/dev/shm/f"] <= 32 and got["/tmp/f"] <= 48, (sb.mode, got)
+
+
 # --- The learner edition, probes, flags, similarity ----------------------------------------------
 
 def test_edition_removes_the_answer(tmp_path):
   pkg = edition.build(tmp_path, {"autodidax.core:full_raise": ("1.1", "full_raise"),
-                                 "autodidax.tree_util:_flatten": ("1.3", None)})
+                                 "autodidax.tree_util:_flatten": ("1.3", None, ("tree_flatten",))})
   core_src = (pkg / "core.py").read_text()
-  assert "def full_raise(*args, **kwargs):   # Exercise 1.1 asks you to write this" in core_src
+  assert "# Exercise 1.1 asks you to write this" in core_src
   assert "trace.lift(val)" not in core_src   # the reference body is gone
-  code = ("import autodidax._slots as s, autodidax.tree_util as t\n"
-          "try:\n  t._flatten(1, [])\nexcept NotImplementedError as e:\n  print(e)\n"
-          "s.NAMESPACE['full_raise'] = lambda tr, v: ('mine', v)\n"
-          "from autodidax import core\nprint(core.full_raise(None, 3))")
-  proc = subprocess.run([sys.executable, "-c", code], env=dict(_env(), PYTHONPATH=str(tmp_path)),
-                        capture_output=True, text=True, cwd=tmp_path)
+  zipped = edition.package(pkg, tmp_path / "site.zip", "/opt/autodidax/site.zip")
+  library_like = ("import coursekit.answers as a, autodidax.tree_util as t\n"
+                  "try:\n  t._flatten(1, [])\nexcept NotImplementedError as e:\n  print(e)\n"
+                  "a.NAMESPACE['full_raise'] = lambda tr, v: ('mine', v)\n"
+                  "from autodidax import core\nprint(core.full_raise(None, 3))\n"
+                  "a.NAMESPACE['full_raise'] = core.full_raise\n"
+                  "try:\n  core.full_raise(None, 3)\nexcept NotImplementedError as e:\n  print(e)\n"
+                  "print(t.__file__)")
+  code = f"exec({library_like!r}, {{'__name__': 'not_the_notebook'}})"
+  proc = subprocess.run([sys.executable, "-c", code], env=dict(_env(), PYTHONPATH=str(zipped)),
+                        capture_output=True, text=True, cwd=ROOT / "tests")
   assert proc.stdout.splitlines() == [
-      "Exercise 1.3 asks you to write this (_flatten): the library's own is removed while "
-      "this exercise is graded; write your own",
-      "('mine', 3)"], proc.stderr
+      "Exercise 1.3 asks you to write `tree_flatten` yourself, but your answer uses the "
+      "library's own `autodidax.tree_util._flatten`, which computes it",
+      "('mine', 3)",
+      "Exercise 1.1 asks you to write `full_raise` yourself, but your answer calls the "
+      "library's own `autodidax.core.full_raise`",
+      f"{zipped}/autodidax/tree_util.pyc"], proc.stderr   # its bytecode, made in advance
   with pytest.raises(edition.EditionError):
     edition.build(tmp_path / "x", {"autodidax.core:no_such_function": ("1.1", None)})
 
@@ -301,9 +448,22 @@ def test_compare_uses_the_references_labels_and_tolerances():
 def test_flags_see_through_aliases():
   assert flags.scan("def f(x):\n  return anp.sin(x) * 2\n") == []
   for code in ("import jax.numpy as q", "from jax import grad as g", "import jax",
-               "m = __import__('jax')"):
+               "m = __import__('jax')", "import importlib\nm = importlib.import_module('jax')",
+               "import importlib as il\nm = getattr(il, 'import_module')('jax.numpy')",
+               "import sys as s\nm = s.modules['jax']", "import sys\nm = sys.modules.get('jax')",
+               "import sys\ng = getattr(sys.modules['jax'], 'grad')"):
     assert "imports jax" in flags.scan(code), code
+  assert "reads sys.modules" in flags.scan("import sys as s\nm = s.modules")
+  assert "reaches jax through autodidax.runtime._jax" in flags.scan(
+      "j = runtime._jax()[0]", {"runtime": "autodidax.runtime"})
   assert "imports a module dynamically" in flags.scan("import importlib as il\nil.import_module('j' + 'ax')")
+  assert "imports a module whose name is computed" in flags.scan("__import__('j' + 'ax')")
+  assert "looks up attributes by computed names (getattr)" in flags.scan("getattr(m, 'a' + 'b')")
+  looks = flags.scan("import os\ndef f():\n  return os.path.isdir('/course') or os.environ")
+  assert "looks at the machine it runs on (os.path.isdir)" in looks
+  assert "looks at the machine it runs on (os.environ)" in looks and "mentions the path '/course'" in looks
+  assert "touches the grader's own code (coursekit.probe)" in flags.scan("import coursekit.probe")
+  assert flags.scan("from coursekit import checks\nwith checks.recorded_binds() as b: pass") == []
   assert "uses IPython magics or shell commands" in flags.scan("_x = !true\n")
 
 
@@ -323,14 +483,18 @@ def test_similarity_ignores_names_comments_and_layout():
     ("mary-jane.ipynb", "mary-jane"), ("part1.ipynb", "part1"), ("x_copy.ipynb", "x"),
     ("CAROL.IPYNB", "CAROL"), ("dave (copy 2).ipynb", "dave")])
 def test_student_from_file_name(file, student):
-  assert grade.student_of(grade.Submission(file, b""), {"metadata": {}}) == student
+  assert grade.student_of(grade.Submission(file, b""), {"metadata": {}}) == (student, "")
 
 
-def test_student_from_metadata_and_folder():
+def test_student_from_folder_then_metadata():
   sub = grade.Submission("a/b.ipynb", b"", folder="carol")
-  assert grade.student_of(sub, {"metadata": {"coursekit": {"student": "dave"}}}) == "dave"
-  assert grade.student_of(sub, {"metadata": {}}) == "carol"
-  assert grade.student_of(sub, {"metadata": {"coursekit": ["odd"]}}) == "carol"
+  who, note = grade.student_of(sub, {"metadata": {"coursekit": {"student": "dave"}}})
+  assert who == "carol" and "its metadata names the student 'dave'" in note
+  assert grade.student_of(sub, {"metadata": {"coursekit": {"student": "carol"}}}) == ("carol", "")
+  assert grade.student_of(sub, {"metadata": {}}) == ("carol", "")
+  assert grade.student_of(sub, {"metadata": {"coursekit": ["odd"]}}) == ("carol", "")
+  loose = grade.Submission("b.ipynb", b"")
+  assert grade.student_of(loose, {"metadata": {"coursekit": {"student": "dave"}}}) == ("dave", "")
 
 
 def test_match_part_by_cells_names_and_metadata():
@@ -374,3 +538,76 @@ def test_report_is_sorted_and_deterministic(tmp_path):
   report.write(report.sort_rows(list(reversed(rows)), stubs), stubs, tmp_path / "2", meta)
   for name in ("grades.csv", "grades.html"):
     assert (tmp_path / "1" / name).read_bytes() == (tmp_path / "2" / name).read_bytes()
+
+
+# --- What runs for an exercise ---------------------------------------------------------------------
+
+def test_only_the_definitions_an_exercise_needs_run():
+  from coursekit import definitions
+  cells = [
+      {"kind": "stub", "source": "import numpy as np\nprint('setup')", "exercise": None},
+      {"kind": "learner", "source": "import time\ntime.sleep(100)\nSCALE = 3\nx = 1; y = helper(2)\n"
+                                    "\ndef helper(z):\n  return z * SCALE\n", "exercise": None},
+      {"kind": "learner", "source": "%%time\n@deco\ndef answer(v, d=DEFAULT):\n  global calls\n"
+                                    "  calls += 1\n  return helper(v) + np.sin(v)\nprint(answer(1))\n"
+                                    "while True: pass\n", "exercise": "9.9"},
+      {"kind": "learner", "source": "def deco(f): return f\nDEFAULT = 4\ncalls = 0\nTABLE = {}\n"
+                                    "TABLE['a'] = 1; TABLE.update(b=2)\nnp.pi = 3\n", "exercise": None},
+      {"kind": "learner", "source": "while True:\n  pass", "exercise": None},
+      {"kind": "learner", "source": "def answer(:\n  pass", "exercise": "9.9"},
+      {"kind": "learner", "source": "def other(:\n  pass", "exercise": "9.8"},
+  ]
+  got = definitions.select(cells, ["answer"], "9.9")
+  assert [c["cell"] for c in got] == [0, 1, 2, 3, 5]
+  assert got[0]["source"] == cells[0]["source"]            # the stub's cells run whole
+  src = {c["cell"]: c["source"] for c in got}
+  assert "sleep" not in src[1] and "SCALE = 3" in src[1] and "def helper" in src[1]
+  assert src[1].splitlines()[2] == "SCALE = 3"            # line numbers kept
+  assert "print" not in src[2] and "while" not in src[2] and "@deco" in src[2]
+  assert "DEFAULT = 4" in src[3] and "calls = 0" in src[3] and "TABLE" not in src[3]
+  assert "np.pi" not in src[3]                             # patching a module: never needed
+  got = definitions.select(cells, ["TABLE"])
+  assert "TABLE['a'] = 1; TABLE.update(b=2)" in {c["cell"]: c["source"] for c in got}[3]
+  below = {"kind": "learner", "source": "def answer(v):\n  return 0", "exercise": None,
+           "after": ["9.9"]}   # below 9.9's check cell: the check never sees it
+  assert [c["cell"] for c in definitions.select(cells + [below], ["answer"], "9.9")] == \
+      [0, 1, 2, 3, 5]
+  assert [c["cell"] for c in definitions.select(cells + [below], ["answer"], "9.8")][-1] == 7
+
+
+def test_csv_fields_are_never_formulas():
+  for text in ("=1+1", "+cmd|' /C calc'!A0", "-2+3", "@SUM(A1)", "\t=1", " =x", "\uff1dx"):
+    assert report.neutral(text).startswith("'"), text
+  for text in ("alice", "0", "1.5", "-1", "not done yet: =1"):
+    assert report.neutral(text) == text
+
+
+def test_names_are_printable():
+  from coursekit.submissions import printable
+  assert printable(os.fsdecode(b"caf\xe9.ipynb")) == "caf\\xe9.ipynb"
+  assert printable("a\x1b[31mb\nc") == "a\\x1b[31mb\\nc"
+  assert printable("\ud800x") == "\\xed\\xa0\\x80x"
+
+
+def test_grader_memory_stays_low_on_hostile_input(tmp_path):
+  """Zips and notebooks built to make the grader's parse use gigabytes: the grader reads one
+  notebook at a time, refuses what would cost too much, and stays under 300 MB."""
+  big = "[" + " " * (15 << 20) + "]"   # one string, 80 times
+  bomb_members = [(f"class/s{i}/part1.ipynb", big) for i in range(80)]
+  zpath = F.zipped(tmp_path / "bomb.zip", bomb_members)   # 80 x 15 MiB of spaces: 1.2 GB
+  assert zpath.stat().st_size < 3 << 20
+  folder = tmp_path / "folder"
+  folder.mkdir()
+  (folder / "values.ipynb").write_text("[" + "{}," * (5 << 20) + "{}]")   # 5 M objects in 15 MB
+  (folder / "strings.ipynb").write_text("[" + '"ab",' * (3 << 20) + '""]')
+  (folder / "deep.ipynb").write_text("[" * 100_000 + "]" * 100_000)
+  for src in (zpath, folder):
+    proc = finish(start(src, "--out", tmp_path / "out", "--seed", 3, "--no-sandbox"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    peak = float(proc.stdout.split("peak memory ")[1].split()[0])
+    assert peak < 300, (src, peak)
+    rows = read_rows(tmp_path / "out")
+    assert rows and all(r["status"] == "fail" for r in rows)
+  reasons = {r["submission"]: r["reason"] for r in rows}
+  assert "more than a notebook needs" in reasons["values.ipynb"]
+  assert "nested too deeply" in reasons["deep.ipynb"] or "unreadable" in reasons["deep.ipynb"]

@@ -10,16 +10,19 @@ says which case differs and how.
 
 The grader runs the same probe in a sandbox at a seed of its own, against a
 library without the exercise's answers, and compares outside (`coursekit.grade`).
+Here as there, the library functions that the exercise asks you to write are
+slots (`coursekit.answers`): they run your answer, and say so when your answer
+calls the library's own instead. So the notebook and the grader agree.
 """
 from __future__ import annotations
 
-import hashlib
 import importlib
+import inspect
 import json
 import os
 import pkgutil
-import sys
-from contextlib import ExitStack, contextmanager
+import types
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -49,52 +52,71 @@ def part_of(exercise: str) -> str:
   raise KeyError(f"no probe for exercise {exercise!r}")
 
 
-def _refuse(exercise, target):
-  def refuse(*args, **kwargs):
-    raise AssertionError(f"Exercise {exercise}: write this yourself rather than calling "
-                         f"the library's own `{target}`")
-  return refuse
+def _owner(target: str):
+  """(the object holding the target's function, its attribute name)."""
+  module, _, qualname = target.partition(":")
+  owner = importlib.import_module(module)
+  *path, attr = qualname.split(".")
+  for p in path:
+    owner = getattr(owner, p)
+  return owner, attr
 
 
 @contextmanager
 def installed(spec, namespace):
-  """While the probe runs in a notebook, each library function the exercise asks for is
-  the learner's answer (or refuses to run), wherever the library holds it (module
-  attributes, re-exports, rule tables): as in the grader's learner edition."""
-  from autodidax.core import RuleTable
-  with ExitStack() as stack:
+  """While the probe runs in a notebook, each library function the exercise removes is a
+  slot (`coursekit.answers`), as in the grader's learner edition: the function object
+  itself gets a slot's code, so every alias, closure, `functools.partial` and rule
+  table that holds it forwards to the learner's answer or refuses, just as there."""
+  from . import answers
+  swapped = []
+  old_namespace = answers.NAMESPACE
+  try:
     for target, name in spec.removes.items():
-      module, _, qualname = target.partition(":")
-      owner = importlib.import_module(module)
-      *path, attr = qualname.split(".")
-      for p in path:
-        owner = getattr(owner, p)
-      old = getattr(owner, attr)
-      value = namespace.get(name) if name else None
-      if value is None or value is old:   # missing, or the library's own: as in the grader
-        value = _refuse(spec.exercise, qualname)
-      stack.enter_context(patched(owner, attr, value))
-      for mod in [m for n, m in list(sys.modules.items()) if n.startswith("autodidax")]:
-        for alias, v in list(vars(mod).items()):
-          if v is old:   # re-exports too
-            stack.enter_context(patched(mod, alias, value))
-          elif isinstance(v, RuleTable):   # and a rule table's entries
-            for prim in [p for p, rule in v.items() if rule is old]:
-              stack.enter_context(v.override(prim, value))
+      owner, attr = _owner(target)
+      fn = inspect.getattr_static(owner, attr)
+      fn = getattr(fn, "__func__", fn)   # a staticmethod's function
+      if not isinstance(fn, types.FunctionType):
+        raise TypeError(f"{target} is not a Python function, so no exercise can remove it")
+      swapped.append((fn, fn.__code__, fn.__kwdefaults__))
+      fn.__code__ = answers.slot_code(fn, (spec.exercise, target, name, spec.answers))
+      fn.__kwdefaults__ = answers.slot_defaults()
+    answers.NAMESPACE = namespace
     yield
+  finally:
+    answers.NAMESPACE = old_namespace
+    for fn, code, kwdefaults in reversed(swapped):
+      fn.__code__, fn.__kwdefaults__ = code, kwdefaults
 
 
-def summary(exercise: str, count: int) -> str:
-  return f"Exercise {exercise}: all {count} checks passed"
+def summary(exercise: str, count: int, withheld: int = 0) -> str:
+  more = (f" ({withheld} answer{'s' * (withheld != 1)} to questions are judged only when "
+          "graded)") if withheld else ""
+  return f"Exercise {exercise}: all {count} checks passed{more}"
 
 
-def hide(record: dict) -> dict:
-  """A record whose value is only a hash (answers to questions stay secret in the stub)."""
-  return dict(record, value={"k": "hash", "sha": digest(record["value"])})
+def withhold(record: dict) -> dict:
+  """A secret record as it ships with the stub: its label only."""
+  return dict(record, value={"k": "withheld"})
 
 
-def digest(value) -> str:
-  return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
+def _record(part, exercise, spec, namespace, records, path):
+  """`make exercises`: store the reference's records at the shipped seed, after checking
+  that the probe's records change with the seed (else they'd be an answer key)."""
+  broken = [r for r in records if r["value"].get("k") in ("error", "todo")]
+  if broken:   # a reference that raises would make its own error the expected answer
+    raise RuntimeError(f"Exercise {exercise}: the reference solution's probe failed at "
+                       f"{broken[0]['label']!r}: {broken[0]['value'].get('message')}")
+  with installed(spec, namespace):
+    other = probes.run(spec, namespace, seed=probes.SHIPPED_SEED + 1)
+  if [r["value"] for r in other] == [r["value"] for r in records]:
+    raise RuntimeError(
+        f"Exercise {exercise}: its probe's records are the same at seeds "
+        f"{probes.SHIPPED_SEED} and {probes.SHIPPED_SEED + 1}, so the records shipped with the "
+        "stub would answer it at any seed: draw its inputs from `p.rng`, so that they change")
+  stored = json.loads(path.read_text()) if path.exists() else {}
+  stored[exercise] = [withhold(r) if r.get("secret") else r for r in records]
+  path.write_text(json.dumps(stored, indent=1, sort_keys=True) + "\n")
 
 
 def check(exercise: str, namespace: dict):
@@ -102,23 +124,17 @@ def check(exercise: str, namespace: dict):
   part = part_of(exercise)
   spec = probes.spec(part, exercise)
   with installed(spec, namespace):
-    records = probes.run(spec, namespace, seed=0)
+    records = probes.run(spec, namespace, seed=probes.SHIPPED_SEED)
   record_to = os.environ.get("COURSEKIT_RECORD")
   if record_to:   # `make exercises`, running the reference solution: store, don't compare
-    broken = [r for r in records if r["value"].get("k") in ("error", "todo")]
-    if broken:   # a reference that raises would make its own error the expected answer
-      raise RuntimeError(f"Exercise {exercise}: the reference solution's probe failed at "
-                         f"{broken[0]['label']!r}: {broken[0]['value'].get('message')}")
-    path = Path(record_to) / f"{part}.json"
-    stored = json.loads(path.read_text()) if path.exists() else {}
-    stored[exercise] = [hide(r) if r.get("secret") else r for r in records]
-    path.write_text(json.dumps(stored, indent=1, sort_keys=True) + "\n")
-    print(summary(exercise, len(records)))
+    _record(part, exercise, spec, namespace, records, Path(record_to) / f"{part}.json")
+    withheld = sum(bool(r.get("secret")) for r in records)
+    print(summary(exercise, len(records) - withheld, withheld))
     return
   expected = json.loads((EXPECTED / f"{part}.json").read_text())[exercise]
   v = probes.compare(records, expected)
   if v.passed:
-    print(summary(exercise, v.count))
+    print(summary(exercise, v.count, v.withheld))
   elif v.todo:   # the stub's own message already names the exercise
     raise NotImplementedError(v.message if v.message.startswith(f"Exercise {exercise}")
                               else f"Exercise {exercise} is not done yet: {v.message}")

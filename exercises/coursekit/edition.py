@@ -2,44 +2,40 @@
 
 An exercise names what it asks the learner to write (`removes` in its probe,
 copied into its statement cell's metadata by `make exercises`), as
-`"module:qualname"` targets mapped to the name of the learner's answer:
+`"module:qualname"` targets mapped to the name of the learner's answer, or to
+None for a helper that holds the answer's logic or another function that
+computes it:
 
-    removes={"autodidax.core:full_raise": "full_raise"}
+    removes={"autodidax.api:jacfwd": "jacfwd", "autodidax.api:jacrev": None}
 
 `build` copies `lib/autodidax` and replaces each target's definition, source
-and all, with a slot of the same name. A slot looks up the learner's answer
-by name in the notebook's namespace each time it is called, and raises
-"Exercise 1.1 asks you to write this" while there is none. So inside the
-grader's sandbox the reference code for the exercise is simply not there: an
-answer that delegates to the library calls the learner's own answer back.
+and all, with a slot of the same name (`coursekit.answers`): it forwards to
+the learner's function of that name in the notebook's namespace, and refuses,
+naming the library function and the exercise, when the learner's code calls
+it or when it stands for no answer. So inside the grader's sandbox the
+reference code for the exercise is simply not there.
+
+`package` puts an edition and the grader's runner and probes into one zip
+file, with bytecode compiled in advance: the sandbox gets it through a file
+descriptor and imports from it (`zipimport`), so no folder of the grader's
+shows in the sandbox.
 """
 from __future__ import annotations
 
 import ast
-import compileall
 import hashlib
+import py_compile
 import shutil
+import tempfile
+import zipfile
 from pathlib import Path
 
+from . import answers
+
 LIB = Path(__file__).resolve().parents[2] / "lib" / "autodidax"
-
-SLOTS_MODULE = '''"""Slots of the learner edition (written by coursekit.edition)."""
-NAMESPACE = {}   # the notebook's globals, set by coursekit.runner
-
-
-class ExerciseNotDone(NotImplementedError):
-  pass
-
-
-def answer(exercise, target, name):
-  fn = NAMESPACE.get(name) if name else None
-  if fn is None:
-    raise ExerciseNotDone(
-        f"Exercise {exercise} asks you to write this ({target}): "
-        + (f"define `{name}` in your notebook" if name else
-           "the library's own is removed while this exercise is graded; write your own"))
-  return fn
-'''
+KIT = Path(__file__).resolve().parent
+# What a sandbox needs of coursekit: the runner, the probes and what they import.
+KIT_FILES = ("__init__.py", "answers.py", "checks.py", "probe.py", "runner.py")
 
 
 class EditionError(Exception):
@@ -57,47 +53,44 @@ def _find(tree: ast.Module, qualname: str):
   return node if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
 
 
-def _slot(node, exercise: str, target: str, name: str | None, indent: str, method: bool) -> list[str]:
-  call = f"__import__('autodidax._slots', fromlist=['_']).answer({exercise!r}, {target!r}, {name!r})"
-  args = "self, *args, **kwargs" if method else "*args, **kwargs"
-  fwd = "self, *args, **kwargs" if method else "*args, **kwargs"
-  return [f"{indent}def {node.name}({args}):   # Exercise {exercise} asks you to write this\n",
-          f"{indent}  return {call}({fwd})\n"]
-
-
-def rewrite(source: str, targets: list[tuple[str, str, str | None]]) -> str:
-  """`source` with each (qualname, exercise, answer name) function replaced by a slot."""
+def rewrite(source: str, targets: list[tuple[str, tuple]]) -> str:
+  """`source` with each (qualname, info) function replaced by a slot; `info` is
+  (exercise, target, answer name or None, the exercise's answer names)."""
   tree = ast.parse(source)
   lines = source.splitlines(keepends=True)
   spans = []
-  for qualname, exercise, name in targets:
+  for qualname, info in targets:
     node = _find(tree, qualname)
     if node is None:
       raise EditionError(f"no function {qualname!r} to remove")
     is_method = "." in qualname and not any(
         isinstance(d, ast.Name) and d.id == "staticmethod" for d in node.decorator_list)
     indent = lines[node.lineno - 1][:node.col_offset]
-    spans.append((node.lineno - 1, node.end_lineno, _slot(node, exercise, qualname, name, indent,
-                                                          is_method)))
+    slot = answers.slot_source(node.name, info, method=is_method, indent=indent)
+    spans.append((node.lineno - 1, node.end_lineno, [slot]))
   for start, end, new in sorted(spans, reverse=True):
     lines[start:end] = new
   return "".join(lines)
 
 
-def targets_by_module(removes: dict[str, tuple[str, str | None]]) -> dict[str, list]:
-  """{"autodidax.core:full_raise": ("1.1", "full_raise")} -> {"core": [("full_raise", "1.1", "full_raise")]}"""
+def targets_by_module(removes: dict[str, tuple]) -> dict[str, list]:
+  """{"autodidax.core:full_raise": info} -> {"core": [("full_raise", info)]}, where
+  info is (exercise, answer name or None[, answer names])."""
   out: dict[str, list] = {}
-  for target, (exercise, name) in removes.items():
+  for target, info in removes.items():
     module, _, qualname = target.partition(":")
     if not module.startswith("autodidax") or not qualname:
       raise EditionError(f"bad target {target!r}: expected 'autodidax.module:function'")
+    exercise, name, *rest = info
     rel = module.split(".", 1)[1] if "." in module else "__init__"
-    out.setdefault(rel, []).append((qualname, exercise, name))
+    out.setdefault(rel, []).append(
+        (qualname, (exercise, target, name, tuple(rest[0]) if rest else (name,) if name else ())))
   return out
 
 
-def build(dest: Path, removes: dict[str, tuple[str, str | None]], lib: Path = LIB) -> Path:
-  """Write the edition without `removes` into `dest/autodidax`; return that folder."""
+def build(dest: Path, removes: dict[str, tuple], lib: Path = LIB) -> Path:
+  """Write the edition without `removes` ({target: (exercise, name[, answers])}) into
+  `dest/autodidax`; return that folder."""
   pkg = dest / "autodidax"
   shutil.copytree(lib, pkg, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
   for rel, targets in targets_by_module(removes).items():
@@ -107,9 +100,44 @@ def build(dest: Path, removes: dict[str, tuple[str, str | None]], lib: Path = LI
     if not path.exists():
       raise EditionError(f"no module autodidax.{rel} for {targets}")
     path.write_text(rewrite(path.read_text(), targets))
-  (pkg / "_slots.py").write_text(SLOTS_MODULE)
-  compileall.compile_dir(str(pkg), quiet=1)
   return pkg
+
+
+def _pyc(source: bytes, name: str) -> bytes:
+  """Bytecode that Python loads without looking at the source (PEP 552, unchecked)."""
+  with tempfile.TemporaryDirectory() as tmp:
+    src, out = Path(tmp) / "m.py", Path(tmp) / "m.pyc"
+    src.write_bytes(source)
+    py_compile.compile(str(src), str(out), dfile=name, doraise=True,
+                       invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+    return out.read_bytes()
+
+
+_PYC_CACHE: dict[tuple[str, str], bytes] = {}
+
+
+def package(pkg: Path, zip_path: Path, inside: str) -> Path:
+  """A zip of the edition `pkg` and the runner's part of coursekit, each module with
+  its bytecode beside it (as zipimport looks for it); `inside` is where the zip is
+  in the sandbox (for tracebacks)."""
+  files = [(f"autodidax/{p.relative_to(pkg).as_posix()}", p) for p in sorted(pkg.rglob("*.py"))]
+  files += [(f"coursekit/{n}", KIT / n) for n in KIT_FILES]
+  files += [(f"coursekit/probes/{p.name}", p) for p in sorted((KIT / "probes").glob("*.py"))]
+  with zipfile.ZipFile(zip_path, "w", zipfile.ZIP_STORED) as z:
+    for arc, path in files:
+      data = path.read_bytes()
+      key = (arc, hashlib.sha256(data).hexdigest())
+      if key not in _PYC_CACHE:
+        _PYC_CACHE[key] = _pyc(data, f"{inside}/{arc}")
+      info = zipfile.ZipInfo(arc, date_time=(2024, 1, 1, 0, 0, 0))
+      z.writestr(info, data)
+      z.writestr(zipfile.ZipInfo(arc[:-3] + ".pyc", date_time=(2024, 1, 1, 0, 0, 0)),
+                 _PYC_CACHE[key])
+  return zip_path
+
+
+def kit_files() -> list[Path]:
+  return [KIT / n for n in KIT_FILES] + sorted((KIT / "probes").glob("*.py"))
 
 
 def fingerprint(lib: Path = LIB) -> str:
@@ -118,3 +146,4 @@ def fingerprint(lib: Path = LIB) -> str:
   for path in sorted(lib.rglob("*.py")):
     h.update(str(path.relative_to(lib)).encode() + b"\0" + path.read_bytes())
   return h.hexdigest()[:16]
+

@@ -2,11 +2,18 @@
 
 The sandbox makes tampering pointless, but some answers are right for the
 wrong reason: an exercise asks you to write a rule yourself, and the answer
-calls JAX's. The grader flags such code for a human to look at. The scan works
-on the syntax tree, so aliases don't hide anything (`import jax.numpy as q` is
-an import of jax whatever it is called), and dynamic imports and code built at
-run time are flagged as such. The sandbox's runner also reports which of these
-modules the notebook's own cells really imported while they ran.
+calls JAX's. And some code looks around, to behave differently when graded.
+The grader flags such code for a human to look at.
+
+The scan works on the syntax tree and follows names to what they are:
+`import jax.numpy as q`, `import sys as s; s.modules["jax"]`,
+`getattr(sys.modules["jax"], "grad")`, `importlib.import_module("jax")`,
+`__import__("jax")` and `vars(mod)["x"]` are all resolved to dotted names
+(`jax.numpy`, `sys.modules`, ...) before they are judged, across the
+notebook's cells (`aliases`). What can't be resolved (a module name built at
+run time, an attribute name computed) is flagged as such. The sandbox's runner
+also reports which watched modules the notebook's own code really asked for
+while it ran, even when they were loaded already.
 """
 from __future__ import annotations
 
@@ -14,15 +21,140 @@ import ast
 
 from .runner import neutralize
 
-FORBIDDEN = {"jax": "imports jax", "jaxlib": "imports jaxlib"}
-DYNAMIC = {"__import__": "imports a module dynamically", "exec": "runs code built at run time",
-           "eval": "evaluates code built at run time", "compile": "compiles code at run time"}
-RISKY = {"importlib": "imports importlib (dynamic imports)", "ctypes": "imports ctypes",
-         "subprocess": "runs other programs", "gc": "imports gc"}
+JAX = ("jax", "jaxlib", "_jax")   # a name component that reaches JAX
+RISKY = {"importlib": "uses importlib (dynamic imports)", "ctypes": "uses ctypes",
+         "subprocess": "runs other programs", "gc": "uses gc", "inspect": "uses inspect"}
+DYNAMIC = {"__import__": "imports a module dynamically",
+           "importlib.import_module": "imports a module dynamically",
+           "builtins.__import__": "imports a module dynamically",
+           "exec": "runs code built at run time", "eval": "evaluates code built at run time",
+           "compile": "compiles code at run time"}
+# Looking at the machine (to tell the grader's sandbox from a notebook), or reaching past
+# the interpreter (file descriptors, other processes).
+MACHINE = {"os.environ", "os.getenv", "os.environb", "os.getuid", "os.geteuid", "os.getgid",
+           "os.getegid", "os.getpid", "os.getppid", "os.getlogin", "os.uname", "os.getcwd",
+           "os.listdir", "os.scandir", "os.walk", "os.stat", "os.lstat", "os.access",
+           "os.path.exists", "os.path.lexists", "os.path.isdir", "os.path.isfile",
+           "os.path.islink", "os.path.ismount", "sys.argv", "sys.orig_argv", "sys.path",
+           "sys.executable", "sys.prefix", "sys.base_prefix", "sys._getframe", "socket",
+           "platform", "getpass", "pwd", "glob", "resource", "shutil.which", "os.cpu_count",
+           "os.sched_getaffinity", "os.write", "os.fdopen", "os.dup", "os.dup2", "os.open",
+           "os._exit", "os.kill", "os.fork", "os.setsid", "signal", "open", "io.open",
+           "pathlib.Path", "pathlib.PosixPath"}
+GRADER = ("coursekit.probe", "coursekit.runner", "coursekit.answers", "coursekit.grade",
+          "coursekit.sandbox", "coursekit.edition", "coursekit.definitions")
 
 
-def scan(source: str) -> list[str]:
-  """Sorted review flags for one cell of a learner's code."""
+def aliases(sources) -> dict[str, str]:
+  """{name: dotted module path} that the import statements of `sources` bind."""
+  out = {}
+  for source in sources:
+    try:
+      tree = ast.parse(neutralize(source))
+    except (SyntaxError, ValueError):
+      continue
+    for node in ast.walk(tree):
+      if isinstance(node, ast.Import):
+        for a in node.names:
+          out[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+      elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+        for a in node.names:
+          if a.name != "*":
+            out[a.asname or a.name] = f"{node.module}.{a.name}"
+  return out
+
+
+def _const(node) -> str | None:
+  return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+
+
+class _Scanner:
+  def __init__(self, names):
+    self.names, self.found = names, set()
+
+  def dotted(self, node) -> str | None:
+    """What `node` names, as a dotted path (None if it can't be told)."""
+    if isinstance(node, ast.Name):
+      return self.names.get(node.id, node.id)
+    if isinstance(node, ast.Attribute):
+      base = self.dotted(node.value)
+      return f"{base}.{node.attr}" if base else None
+    if isinstance(node, ast.Subscript):
+      key, base = _const(node.slice), self.dotted(node.value)
+      if base == "sys.modules":
+        return key if key else self.flag("looks up sys.modules by a computed name")
+      if isinstance(node.value, ast.Call) and self.dotted(node.value.func) == "vars" \
+          and node.value.args:
+        inner = self.dotted(node.value.args[0])
+        return f"{inner}.{key}" if inner and key else None
+      if base and base.endswith(".__dict__") and key:
+        return f"{base[:-len('.__dict__')]}.{key}"
+      return None
+    if isinstance(node, ast.Call):
+      fn = self.dotted(node.func)
+      first = node.args[0] if node.args else None
+      if fn in ("getattr",) and len(node.args) >= 2:
+        name, base = _const(node.args[1]), self.dotted(node.args[0])
+        if name is None:
+          return self.flag("looks up attributes by computed names (getattr)")
+        return f"{base}.{name}" if base else None
+      if fn in ("__import__", "importlib.import_module", "builtins.__import__") and first:
+        name = _const(first)
+        return name if name else self.flag("imports a module whose name is computed")
+      if fn == "sys.modules.get" and first:
+        return _const(first) or self.flag("looks up sys.modules by a computed name")
+    return None
+
+  def flag(self, text):
+    self.found.add(text)
+    return None
+
+  def judge(self, d: str, called: bool):
+    parts = d.split(".")
+    if any(p in JAX for p in parts):
+      self.flag("imports jax" if parts[0] in JAX else f"reaches jax through {d}")
+    if d == "sys.modules" or d.startswith("sys.modules."):
+      self.flag("reads sys.modules")
+    if parts[0] in RISKY:
+      self.flag(RISKY[parts[0]])
+    if called and d in DYNAMIC:
+      self.flag(DYNAMIC[d])
+    if d in MACHINE or parts[0] in MACHINE or ".".join(parts[:2]) in MACHINE \
+        or ".".join(parts[:3]) in MACHINE:
+      self.flag(f"looks at the machine it runs on ({d})")
+    if d.startswith(GRADER) or d == "coursekit.probes" or d.startswith("coursekit.probes."):
+      self.flag(f"touches the grader's own code ({d})")
+
+  def scan(self, tree):
+    for node in ast.walk(tree):
+      if isinstance(node, ast.Import):
+        for a in node.names:
+          self.judge(a.name, False)
+      elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+        self.judge(node.module, False)
+        for a in node.names:
+          self.judge(f"{node.module}.{a.name}", False)
+      elif isinstance(node, ast.Call):
+        d = self.dotted(node.func)
+        if d:
+          self.judge(d, True)
+        r = self.dotted(node)   # getattr(...), __import__(...), import_module(...)
+        if r:
+          self.judge(r, False)
+      elif isinstance(node, (ast.Attribute, ast.Subscript)):
+        d = self.dotted(node)
+        if d:
+          self.judge(d, False)
+      elif isinstance(node, ast.Name) and node.id in self.names:
+        self.judge(self.names[node.id], False)
+      elif (text := _const(node)) and text.startswith("/") and len(text) < 200 \
+          and " " not in text and text[1:2].isalpha():
+        self.flag(f"mentions the path {text[:40]!r}")
+
+
+def scan(source: str, names: dict | None = None) -> list[str]:
+  """Sorted review flags for one cell of a learner's code; `names`: what the notebook's
+  imports bind (`aliases`), so that an alias from another cell is seen through."""
   found = set()
   python = neutralize(source)
   if python.splitlines() != source.splitlines():
@@ -31,30 +163,6 @@ def scan(source: str) -> list[str]:
     tree = ast.parse(python)
   except (SyntaxError, ValueError):
     return sorted(found)
-  for node in ast.walk(tree):
-    mods = []
-    if isinstance(node, ast.Import):
-      mods = [a.name for a in node.names]
-    elif isinstance(node, ast.ImportFrom) and node.module:
-      mods = [node.module]
-    for m in mods:
-      top = m.split(".")[0]
-      if top in FORBIDDEN:
-        found.add(FORBIDDEN[top])
-      elif top in RISKY:
-        found.add(RISKY[top])
-    if isinstance(node, ast.Call):
-      fn = node.func
-      name = fn.id if isinstance(fn, ast.Name) else fn.attr if isinstance(fn, ast.Attribute) else ""
-      if name in DYNAMIC:
-        found.add(DYNAMIC[name])
-      if name == "import_module":
-        found.add(DYNAMIC["__import__"])
-      for arg in node.args[:1]:   # __import__("jax"), import_module("jax.numpy")
-        if isinstance(arg, ast.Constant) and isinstance(arg.value, str) \
-            and arg.value.split(".")[0] in FORBIDDEN and name in ("__import__", "import_module"):
-          found.add(FORBIDDEN[arg.value.split(".")[0]])
-    if isinstance(node, ast.Attribute) and node.attr == "modules" and \
-        isinstance(node.value, ast.Name) and node.value.id == "sys":
-      found.add("reads sys.modules")
-  return sorted(found)
+  s = _Scanner({**(names or {}), **aliases([source])})
+  s.scan(tree)
+  return sorted(found | s.found)

@@ -11,21 +11,26 @@ How a notebook is graded (the instructor guide has the threat model):
 
 1. Its chapter comes from its cells (ids, exercise metadata, the names it
    defines) and its metadata; `--part` forces one. Its student comes from its
-   `coursekit.student` metadata, its subfolder, or its file name.
+   subfolder, its `coursekit.student` metadata, or its file name
+   (`coursekit.submissions`).
 2. Its code is rebuilt around the stub: the stub's setup and given cells are
    the grader's own; check cells are dropped (they are the learner's feedback,
    not the grade).
-3. For each exercise, the code runs in a fresh bubblewrap sandbox
-   (`coursekit.sandbox`) against the learner edition of the library, in which
-   that exercise's answers are absent (`coursekit.edition`), and then the
-   exercise's probe (`coursekit.probe`) runs the learner's answers on inputs
-   drawn from this run's seed. The records come out of the sandbox.
+3. For each exercise, only the learner's definitions that the exercise's answers
+   need, above its check cell, run (`coursekit.definitions`), with the stub's cells, in a fresh
+   bubblewrap sandbox (`coursekit.sandbox`), against the learner edition of the
+   library, in which that exercise's answers are absent (`coursekit.edition`);
+   then the exercise's probe (`coursekit.probe`) runs the learner's answers on
+   inputs drawn from this run's seed. The records come out of the sandbox.
 4. Outside, they are compared with the reference solution's records for the
    same seed, computed the same way in a sandbox of their own and cached.
 
 So whatever the notebook does inside its sandbox, it can only change its own
-records. Submissions are only read, never written, and nothing the sandboxes
-run can see them, the output folder or the course.
+records, at a seed it doesn't know in advance (never the seed whose records
+ship with the stubs). An exercise's grade depends on its answers alone: not on
+the notebook's other cells, nor on how the runs are scheduled. Submissions are
+only read, never written, and nothing the sandboxes run can see them, the
+output folder or the course.
 """
 from __future__ import annotations
 
@@ -36,6 +41,7 @@ import hashlib
 import json
 import os
 import re
+import resource
 import secrets
 import shutil
 import sys
@@ -46,112 +52,22 @@ import warnings
 import zipfile
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 import nbformat
 
+from . import definitions
 from . import probe as probes
 from . import similarity
-from .edition import LIB, build as build_edition, fingerprint
-from .flags import scan
+from .edition import LIB, build as build_edition, fingerprint, kit_files, package
+from .flags import aliases, scan
 from .report import FIELDS  # noqa: F401 (the columns of grades.csv)
-from .sandbox import MODE_TEXT, Limits, Sandbox, SandboxUnavailable
+from .sandbox import Limits, Sandbox, SandboxUnavailable, mode_text
 from .stubs import EXERCISES, SOURCE, read_source
+from .submissions import Submission, collect, printable, read_notebook, student_of  # noqa: F401
 
 REASON_LIMIT = 300
-MAX_FILE = 16 << 20          # largest notebook read, bytes
-MAX_TOTAL = 1 << 30          # all notebooks of one zip or folder, bytes
-KIT = Path(__file__).resolve().parent
-KIT_FILES = ("__init__.py", "probe.py", "runner.py", "checks.py")   # what a sandbox sees
-
-
-# --- Finding the submissions and their students ---------------------------------------------
-
-@dataclass
-class Submission:
-  label: str                 # path inside the folder or zip, posix
-  data: bytes
-  folder: str | None = None  # the per-student subfolder, if any
-  problem: str = ""          # why it can't be read, if it can't
-
-
-def _is_notebook(name: str) -> bool:
-  return name.lower().endswith(".ipynb")
-
-
-def collect(src: Path) -> list[Submission]:
-  """Every notebook under `src` (a folder or a .zip), sorted by path. Too-large files
-  become submissions with a `problem`; nothing is extracted to disk."""
-  found: dict[str, tuple[bytes, str]] = {}
-  skip = lambda parts: any(p.startswith(".") or p == "__MACOSX" for p in parts)
-  total = 0
-
-  def add(label, size, read):
-    nonlocal total
-    n, base = 2, label
-    while label in found:   # the same name twice in a zip: keep both
-      stem = base[:-len(".ipynb")]
-      label = f"{stem} (copy {n}){base[-len('.ipynb'):]}"
-      n += 1
-    if size > MAX_FILE:
-      found[label] = (b"", f"the file is {size / 2**20:.0f} MiB: over the {MAX_FILE >> 20} MiB "
-                           "limit for a notebook")
-    elif total + size > MAX_TOTAL:
-      found[label] = (b"", "not read: the submissions exceed the grader's total size limit")
-    else:
-      data = read()
-      total += len(data)
-      found[label] = (data, "" if len(data) <= MAX_FILE else "the file grew while being read")
-
-  if src.is_file() and zipfile.is_zipfile(src):
-    with zipfile.ZipFile(src) as z:
-      for info in z.infolist():
-        parts = PurePosixPath(info.filename).parts
-        if info.is_dir() or not _is_notebook(info.filename) or skip(parts) or ".." in parts:
-          continue
-        def read(info=info):   # at most MAX_FILE + 1 bytes, whatever the header claims
-          with z.open(info) as f:
-            return f.read(MAX_FILE + 1)
-        add("/".join(parts), info.file_size, read)
-  elif src.is_file() and _is_notebook(src.name):
-    add(src.name, src.stat().st_size, src.read_bytes)
-  elif src.is_dir():
-    for path in sorted(src.rglob("*")):
-      rel = path.relative_to(src)
-      if path.is_file() and not path.is_symlink() and _is_notebook(path.name) \
-          and not skip(rel.parts):
-        add(rel.as_posix(), path.stat().st_size, path.read_bytes)
-  else:
-    raise FileNotFoundError(f"{src} is neither a folder, a .zip file nor a notebook")
-  labels = sorted(found)
-  parts = [PurePosixPath(l).parts for l in labels]
-  depth = 0   # a single folder around everything (a zipped folder) says nothing: drop it
-  while parts and all(len(p) > depth + 1 for p in parts) and len({p[depth] for p in parts}) == 1:
-    depth += 1
-  subs = []
-  for label, p in zip(labels, parts):
-    rest = p[depth:]
-    data, problem = found[label]
-    subs.append(Submission(label, data, rest[0] if len(rest) > 1 else None, problem))
-  return subs
-
-
-SUFFIX = re.compile(r"[-_. ]+(part\d+|p\d+|v\d+|\d+|final|submission|copy)$", re.I)
-
-
-def student_of(sub: Submission, nb) -> str:
-  meta = nb.get("metadata", {}).get("coursekit", {}) if isinstance(nb, dict) else {}
-  who = meta.get("student") if isinstance(meta, dict) else None
-  if isinstance(who, str) and who.strip():
-    return clean(who, 64)
-  if sub.folder:
-    return sub.folder
-  stem = re.sub(r"\.ipynb$", "", PurePosixPath(sub.label).name, flags=re.I)
-  stem = re.sub(r" \(copy \d+\)$", "", stem)
-  name = stem
-  while (shorter := SUFFIX.sub("", name)) != name and shorter:
-    name = shorter
-  return name or stem
+ZIP_INSIDE = "/opt/autodidax/site.zip"   # where a sandbox finds the edition and the runner
 
 
 # --- The stubs ---------------------------------------------------------------------------------
@@ -315,9 +231,24 @@ def graft(submission, canonical):
   return nb
 
 
+def _checks_above(cells) -> list:
+  """For each cell, the exercises whose check cells come before it (in the order given)."""
+  seen, out = [], []
+  for c in cells:
+    out.append(list(seen))
+    if is_check(c):
+      seen.append(str(c.get("metadata", {}).get("exercise")))
+  return out
+
+
 def program(nb, stub: Stub) -> list[dict]:
-  """The code a sandbox runs for `nb`: [{"kind", "source", "exercise", "id"}], in order.
-  kind: "stub" (the grader's setup and given code) or "learner"."""
+  """The code of `nb`, rebuilt around the stub: [{"kind", "source", "exercise", "id",
+  "after"}], in order. kind: "stub" (the grader's setup and given code) or "learner";
+  `after`: the exercises whose check cells come before a learner's cell in the notebook
+  as handed in (a check doesn't see what is below it: `definitions.select`)."""
+  nb = copy.deepcopy(nb)
+  for c, above in zip(nb.cells, _checks_above(nb.cells)):
+    c.setdefault("metadata", {})["coursekit_after"] = above
   grafted = graft(nb, stub.nb)
   canon = {c.id for c in canonical_cells(stub.nb)}
   sol_ids = {cid: ex for ex, ids in stub.solution_ids.items() for cid in ids}
@@ -328,7 +259,8 @@ def program(nb, stub: Stub) -> list[dict]:
     cid = c.get("id")
     kind = "stub" if cid in canon else "learner"
     ex = sol_ids.get(cid) or (str(c.metadata.get("exercise")) if is_solution(c) else None)
-    out.append({"kind": kind, "source": c.source, "exercise": ex, "id": cid})
+    after = c.metadata.get("coursekit_after", []) if kind == "learner" else []
+    out.append({"kind": kind, "source": c.source, "exercise": ex, "id": cid, "after": after})
   return out
 
 
@@ -336,10 +268,10 @@ def reference_program(part: str) -> list[dict]:
   """The reference solution's code (the exercise source with its solutions)."""
   nb = read_source(next(p for p in SOURCE.iterdir() if p.stem == part))
   out = []
-  for c in nb.cells:
+  for c, above in zip(nb.cells, _checks_above(nb.cells)):
     if c.cell_type == "code" and not is_check(c):
       kind = "learner" if is_solution(c) else "stub"
-      out.append({"kind": kind, "source": c.source, "id": c.id,
+      out.append({"kind": kind, "source": c.source, "id": c.id, "after": above,
                   "exercise": str(c.metadata.get("exercise")) if is_solution(c) else None})
   return out
 
@@ -350,8 +282,8 @@ HEX = re.compile(r"0x[0-9a-fA-F]{6,}")
 
 
 def clean(text, limit: int = REASON_LIMIT) -> str:
-  """One line, no memory addresses, at most `limit` characters."""
-  text = HEX.sub("0x…", " ".join(str(text).split()))
+  """One printable line, no memory addresses, at most `limit` characters."""
+  text = HEX.sub("0x…", printable(" ".join(str(text).split())))
   return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
@@ -361,7 +293,7 @@ class Options:
   memory_mib: int = 2048        # per sandbox
   pids: int = 256               # processes and threads per sandbox
   part: str | None = None
-  seed: int = 0
+  seed: int = 1
   sandbox: bool = True
 
 
@@ -377,18 +309,12 @@ class Outcome:
 
 
 class Workspace:
-  """The grader's own temporary folder: learner editions and the runner's files.
-  Sandboxes see only the edition of their exercise and the runner, read-only."""
+  """The grader's own temporary folder: one zip per learner edition (with the runner).
+  A sandbox gets its exercise's zip through a file descriptor, never a folder."""
 
   def __init__(self, opts: Options, stubs: dict[str, Stub]):
     self.opts = opts
     self.root = Path(tempfile.mkdtemp(prefix="coursekit-grade-"))
-    self.kit = self.root / "kit"
-    (self.kit / "coursekit" / "probes").mkdir(parents=True)
-    for name in KIT_FILES:
-      shutil.copy2(KIT / name, self.kit / "coursekit" / name)
-    for path in (KIT / "probes").glob("*.py"):
-      shutil.copy2(path, self.kit / "coursekit" / "probes" / path.name)
     self.editions: dict[tuple[str, str], Path] = {}
     self.lock = threading.Lock()
     limits = Limits(memory_mib=opts.memory_mib, pids=opts.pids, timeout=opts.timeout,
@@ -400,27 +326,33 @@ class Workspace:
     self.stubs = stubs
 
   def edition(self, part: str, exercise: str) -> Path:
-    """The folder holding `autodidax` without `exercise`'s answers (built once)."""
+    """The zip of `autodidax` without `exercise`'s answers, and the runner (built once)."""
     with self.lock:
       if (part, exercise) not in self.editions:
         spec = probes.spec(part, exercise)
         dest = self.root / "editions" / part / exercise.replace(".", "_")
         dest.mkdir(parents=True)
-        build_edition(dest, {t: (exercise, name) for t, name in spec.removes.items()})
-        self.editions[part, exercise] = dest
+        pkg = build_edition(dest, {t: (exercise, name, spec.answers)
+                                   for t, name in spec.removes.items()})
+        self.editions[part, exercise] = package(pkg, dest.with_suffix(".zip"), ZIP_INSIDE)
+        shutil.rmtree(dest)
       return self.editions[part, exercise]
 
   def run(self, part: str, exercise: str, cells: list[dict], seed: int) -> Outcome:
-    edition = self.edition(part, exercise)
-    job = json.dumps({"part": part, "exercise": exercise, "seed": seed,
-                      "cells": [[c["kind"], c["source"]] for c in cells]}).encode()
+    """Run `cells` (`definitions.select`'s) and the exercise's probe in a fresh sandbox."""
+    zipped = self.edition(part, exercise)
+
+    def job(result_fd):
+      return json.dumps({"part": part, "exercise": exercise, "seed": seed,
+                         "result_fd": result_fd,
+                         "cells": [[c["kind"], c["source"], c["cell"]] for c in cells]}).encode()
     command = [self.sandbox.python, "-m", "coursekit.runner"]
     if self.sandbox.enabled:
-      r = self.sandbox.run(command, job, binds={edition: "/course/lib", self.kit: "/course/kit"},
-                           env={"PYTHONPATH": "/course/lib:/course/kit"})
+      r = self.sandbox.run(command, job, files={ZIP_INSIDE: zipped},
+                           env={"PYTHONPATH": ZIP_INSIDE})
     else:   # trusted: the same program, as a plain subprocess in a temporary folder
       with tempfile.TemporaryDirectory(dir=self.root) as cwd:
-        r = self.sandbox.run(command, job, env={"PYTHONPATH": f"{edition}:{self.kit}"}, cwd=cwd)
+        r = self.sandbox.run(command, job, env={"PYTHONPATH": str(zipped)}, cwd=cwd)
     return parse_outcome(r, self.opts)
 
   def close(self):
@@ -442,7 +374,7 @@ def parse_outcome(r, opts: Options) -> Outcome:
     elif isinstance(data.get("records"), list):
       out.records = data["records"]
       imports = data.get("imports")
-      out.imports = [str(i) for i in imports][:20] if isinstance(imports, list) else []
+      out.imports = [clean(i, 40) for i in imports][:20] if isinstance(imports, list) else []
   if r.output_bytes > 64_000:
     out.output_note = f"printed {r.output_bytes / 1e6:.1f} MB (kept the first 64 kB)"
   if r.result_truncated:
@@ -465,9 +397,10 @@ def parse_outcome(r, opts: Options) -> Outcome:
 
 def row(sub, student, part, exercise, status, reason="", notes=(), max_points=0.0) -> dict:
   points = max_points if status == "pass" else 0.0
-  return dict(student=student, part=part, exercise=exercise, points=f"{points:g}",
-              max_points=f"{max_points:g}", status=status, reason=clean(reason),
-              notes=clean("; ".join(n for n in notes if n), 2 * REASON_LIMIT), submission=sub.label)
+  return dict(student=clean(student, 80), part=clean(part, 40), exercise=clean(exercise, 20),
+              points=f"{points:g}", max_points=f"{max_points:g}", status=status,
+              reason=clean(reason), notes=clean("; ".join(n for n in notes if n), 2 * REASON_LIMIT),
+              submission=clean(sub.label, 2 * REASON_LIMIT))
 
 
 @dataclass
@@ -475,50 +408,51 @@ class Parsed:
   sub: Submission
   student: str
   part: str | None = None
-  cells: list = field(default_factory=list)
+  cells: list = field(default_factory=list)     # the rebuilt program (`program`)
   notes: list = field(default_factory=list)
   failure: str = ""            # why it can't be graded at all
   flags: list = field(default_factory=list)
+  runs: dict = field(default_factory=dict)      # exercise -> the cells that run for it
 
 
 def parse(sub: Submission, stubs: dict[str, Stub], opts: Options) -> Parsed:
-  """Read a submission, find its chapter and its code; never raises."""
+  """Read a submission, find its chapter and its code, and what runs for each exercise;
+  never raises. The notebook's bytes are not kept."""
   if sub.problem:
-    return Parsed(sub, student_of(sub, None), opts.part, failure=sub.problem)
+    return Parsed(sub, student_of(sub, None)[0], opts.part, failure=sub.problem)
   try:
-    nb = nbformat.reads(sub.data.decode("utf-8"), as_version=4)
-    if not isinstance(nb.get("cells"), list):
-      raise ValueError("no list of cells")
-    for c in nb.cells:
-      if not (isinstance(c, dict) and isinstance(c.get("source"), str) and "cell_type" in c):
-        raise ValueError("a cell is not a notebook cell")
-      if not isinstance(c.get("metadata", {}), dict):
-        c["metadata"] = nbformat.NotebookNode()
+    nb = read_notebook(sub.load())
   except Exception as e:  # noqa: BLE001 (anything a broken file may raise)
-    return Parsed(sub, student_of(sub, None), opts.part,
+    return Parsed(sub, student_of(sub, None)[0], opts.part,
                   failure=f"unreadable notebook: {type(e).__name__}: {e}")
-  student = student_of(sub, nb)
+  student, who = student_of(sub, nb)
   try:
     part, note = match_part(nb, stubs, opts.part)
     if part is None:
-      return Parsed(sub, student, None, failure=note)
+      return Parsed(sub, student, None, notes=[who], failure=note)
     cells = program(nb, stubs[part])
+    runs = {ex: definitions.select(cells, probes.spec(part, ex).answers
+                                   + probes.spec(part, ex).optional, ex)
+            for ex in stubs[part].exercises}
   except Exception as e:  # noqa: BLE001 (a grader bug must not stop the batch)
-    return Parsed(sub, student, opts.part, failure=f"grader error: {type(e).__name__}: {e}")
-  p = Parsed(sub, student, part, cells, [note])
+    return Parsed(sub, student, opts.part, notes=[who],
+                  failure=f"grader error: {type(e).__name__}: {e}")
+  p = Parsed(sub, student, part, cells, [who, note], runs=runs)
   if not any(c["kind"] == "learner" and c["source"].strip() for c in cells):
     p.failure = "no answer: the notebook has no code of its own"
+  names = aliases(c["source"] for c in cells)
   p.flags = sorted({f"{f} (cell {i + 1})" for i, c in enumerate(cells) if c["kind"] == "learner"
-                    for f in scan(c["source"])})
+                    for f in scan(c["source"], names)})
   return p
 
 
-def where(got: Outcome, p: Parsed) -> str:
+def where(got: Outcome, ran: list[dict]) -> str:
   """Where a run that gave no result stopped: in which cell, or in the check."""
   done = len(got.cells)
-  if done < len(p.cells):
-    return f" in cell {done + 1} (your code)" if p.cells[done]["kind"] == "learner" \
-        else f" in the grader's cell {done + 1}"
+  if done < len(ran):
+    cell = ran[done]
+    return f" in cell {cell['cell'] + 1} (your code)" if cell["kind"] == "learner" \
+        else f" in the grader's cell {cell['cell'] + 1}"
   return " while the check ran"
 
 
@@ -529,15 +463,16 @@ def verdict(p: Parsed, ex: str, got: Outcome, want: list, stub: Stub) -> tuple[s
     notes.append(got.output_note)
   if got.imports:
     notes.append(f"review: its code imported {', '.join(got.imports)} while it ran")
-  stub_fail = next((f"the grader's setup cell {i + 1} failed ({c.get('error')})"
-                    for i, (c, cell) in enumerate(zip(got.cells, p.cells))
-                    if isinstance(c, dict) and cell["kind"] == "stub" and c.get("status") != "ok"),
-                   "")
-  own = next((f"your cell {i + 1} for {ex} raised {c.get('error')}"
-              for i, (c, cell) in enumerate(zip(got.cells, p.cells))
-              if isinstance(c, dict) and cell.get("exercise") == ex and c.get("status") != "ok"), "")
+  ran = p.runs.get(ex, [])
+  kinds = {c["cell"]: c["kind"] for c in ran}
+  failed = [(c.get("cell"), c.get("error")) for c in got.cells
+            if isinstance(c, dict) and c.get("status") != "ok"]
+  stub_fail = next((f"the grader's setup cell {i + 1} failed ({e})" for i, e in failed
+                    if kinds.get(i) == "stub"), "")
+  own = next((f"your cell {i + 1} raised {e}" for i, e in failed
+              if isinstance(i, int) and kinds.get(i) == "learner"), "")
   if got.records is None:
-    return "fail", (got.why or "the sandbox gave no result") + where(got, p), notes
+    return "fail", (got.why or "the sandbox gave no result") + where(got, ran), notes
   v = probes.compare(got.records, want)
   if v.passed:
     return "pass", "", notes
@@ -553,8 +488,8 @@ class Grader:
     self.stubs, self.opts, self.progress = stubs, opts, progress
     self.ws = Workspace(opts, stubs)
     self.reference: dict[tuple[str, str], list] = {}
-    self.stopped: dict[str, tuple] = {}   # submission -> (reason, notes): its code can't finish
     self.lock = threading.Lock()
+    self.signatures: list = []   # (part, exercise, student, label, signature) for similarity
 
   def reference_records(self, part: str, ex: str) -> list:
     """The reference solution's records at this seed (cached on disk by content)."""
@@ -562,7 +497,8 @@ class Grader:
     with self.lock:
       if key in self.reference:
         return self.reference[key]
-    cells = reference_program(part)
+    cells = definitions.select(reference_program(part), probes.spec(part, ex).answers
+                               + probes.spec(part, ex).optional, ex)
     h = hashlib.sha256(json.dumps([part, ex, self.opts.seed, fingerprint(LIB), kit_hash(),
                                    cells]).encode()).hexdigest()[:24]
     cache = cache_dir() / f"{h}.json"
@@ -574,13 +510,12 @@ class Grader:
         records = None
     if records is None:
       got = self.ws.run(part, ex, cells, self.opts.seed)
-      v = probes.compare(got.records or [], got.records or [])
       bad = [c for c in got.cells if c.get("status") != "ok"]
       if got.records is None or bad or any(r["value"].get("k") in ("todo", "error")
                                            for r in got.records):
         raise RuntimeError(f"the reference solution of {part} {ex} failed in the sandbox: "
                            f"{got.why or bad or got.records[-1:]}")
-      assert v.passed
+      assert probes.compare(got.records, got.records).passed
       records = got.records
       try:
         cache.parent.mkdir(parents=True, exist_ok=True)
@@ -595,14 +530,8 @@ class Grader:
     stub = self.stubs[p.part]
     try:
       want = self.reference_records(p.part, ex)
-      stopped = self.stopped.get(p.sub.label)
-      if stopped:   # every run of this notebook would stop in the same cell: don't rerun it
-        status, reason, notes = "fail", *stopped   # the same words, whichever run found it
-      else:
-        got = self.ws.run(p.part, ex, p.cells, self.opts.seed)
-        status, reason, notes = verdict(p, ex, got, want, stub)
-        if got.records is None and len(got.cells) < len(p.cells):
-          self.stopped[p.sub.label] = (reason, notes)
+      got = self.ws.run(p.part, ex, p.runs[ex], self.opts.seed)
+      status, reason, notes = verdict(p, ex, got, want, stub)
     except SandboxUnavailable:
       raise
     except Exception as e:  # noqa: BLE001 (a grader bug must not stop the batch)
@@ -611,33 +540,57 @@ class Grader:
     return row(p.sub, p.student, p.part, ex, status, reason, p.notes + flags + notes,
                stub.points[ex])
 
-  def grade(self, parsed: list[Parsed], jobs: int) -> list[dict]:
-    rows, tasks = [], []
-    for p in parsed:
-      if p.failure:
-        stub = self.stubs.get(p.part) if p.part else None
-        if stub:
-          rows += [row(p.sub, p.student, p.part, ex, "fail", p.failure, p.notes,
-                       stub.points[ex]) for ex in stub.exercises]
-        else:
-          rows.append(row(p.sub, p.student, p.part or "?", "*", "fail", p.failure))
-      else:
-        tasks += [(p, ex) for ex in self.stubs[p.part].exercises]
+  def failure_rows(self, p: Parsed) -> list[dict]:
+    stub = self.stubs.get(p.part) if p.part else None
+    if stub:
+      return [row(p.sub, p.student, p.part, ex, "fail", p.failure, p.notes, stub.points[ex])
+              for ex in stub.exercises]
+    return [row(p.sub, p.student, p.part or "?", "*", "fail", p.failure, p.notes)]
+
+  def grade(self, subs: list[Submission], jobs: int, on_parsed=None) -> list[dict]:
+    """Grade every submission: each is read and parsed when its turn comes, and dropped
+    when its exercises are done, so that memory holds a few notebooks at a time."""
+    rows, futures = [], []
+    window = threading.BoundedSemaphore(2 * max(jobs, 1) + 2)   # notebooks in flight
     with ThreadPoolExecutor(max(jobs, 1)) as pool:
-      futures = [pool.submit(self.grade_one, p, ex) for p, ex in tasks]
+      for sub in subs:
+        window.acquire()
+        p = parse(sub, self.stubs, self.opts)
+        if on_parsed:
+          on_parsed(p)
+        self.signatures += similarity.signatures(p)
+        if p.failure:
+          rows += self.failure_rows(p)
+          window.release()
+          continue
+        exercises = self.stubs[p.part].exercises
+        left = [len(exercises)]
+
+        def done(_, left=left):
+          with self.lock:
+            left[0] -= 1
+            if left[0] == 0:
+              window.release()
+          if self.progress:
+            self.progress()
+        for ex in exercises:
+          f = pool.submit(self.grade_one, p, ex)
+          f.add_done_callback(done)
+          futures.append(f)
       for f in as_completed(futures):
         rows.append(f.result())
-        if self.progress:
-          self.progress()
     return rows
 
   def close(self):
     self.ws.close()
 
 
+KIT_NAMES = ("definitions.py", "grade.py")   # besides the sandbox's files: what decides records
+
+
 def kit_hash() -> str:
   h = hashlib.sha256()
-  for path in sorted([KIT / n for n in KIT_FILES] + list((KIT / "probes").glob("*.py"))):
+  for path in sorted(kit_files() + [Path(__file__).parent / n for n in KIT_NAMES]):
     h.update(path.name.encode() + path.read_bytes())
   return h.hexdigest()[:16]
 
@@ -656,6 +609,29 @@ def default_jobs() -> int:
     return os.cpu_count() or 1
 
 
+def seed_arg(text: str) -> int:
+  seed = int(text)
+  if seed == probes.SHIPPED_SEED:
+    raise argparse.ArgumentTypeError(
+        f"{seed} is the seed of the learners' own check cells, whose records ship with the "
+        "stubs: graded at it, those records would be an answer key. Pick any other seed")
+  if seed < 0:
+    raise argparse.ArgumentTypeError("a seed is a number >= 1")
+  return seed
+
+
+def peak_memory_mb() -> float:
+  """This process's peak resident memory (the grader's, not its sandboxes'). VmHWM, where
+  there is one: `ru_maxrss` keeps the high-water mark of the process that started us."""
+  try:
+    for line in Path("/proc/self/status").read_text().splitlines():
+      if line.startswith("VmHWM:"):
+        return int(line.split()[1]) / 1024
+  except (OSError, ValueError, IndexError):
+    pass
+  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def main(argv=None) -> int:
   from tqdm import tqdm
   from . import report
@@ -669,8 +645,9 @@ def main(argv=None) -> int:
                   "(default: each notebook's chapter, from its cells and metadata)")
   ap.add_argument("--jobs", type=int, default=default_jobs(),
                   help="sandboxes run at once (default: the number of cores)")
-  ap.add_argument("--seed", type=int, help="seed of the check inputs (default: a random one, "
-                  "recorded in the report: pass it again to reproduce a run)")
+  ap.add_argument("--seed", type=seed_arg, help="seed of the check inputs (default: a random "
+                  "one, recorded in the report: pass it again to reproduce a run; never "
+                  f"{probes.SHIPPED_SEED}, the learners' own)")
   ap.add_argument("--timeout", type=float, default=60,
                   help="seconds for one exercise of one notebook (default 60)")
   ap.add_argument("--memory", type=int, default=2048,
@@ -689,13 +666,13 @@ def main(argv=None) -> int:
     ap.error(f"no {args.part}.ipynb in {args.exercises}; pick one of {sorted(stubs)}")
   try:
     subs = collect(args.submissions)
-  except (OSError, zipfile.BadZipFile) as e:
-    print(f"error: {e}", file=sys.stderr)
+  except (OSError, ValueError, zipfile.BadZipFile) as e:
+    print(f"error: {printable(e)}", file=sys.stderr)
     return 1
   if not subs:
-    print(f"no .ipynb files in {args.submissions}", file=sys.stderr)
+    print(f"no .ipynb files in {printable(args.submissions)}", file=sys.stderr)
     return 1
-  seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
+  seed = args.seed if args.seed is not None else probes.SHIPPED_SEED + 1 + secrets.randbelow(2**31 - 2)
   opts = Options(timeout=args.timeout, memory_mib=args.memory, part=args.part, seed=seed,
                  sandbox=not args.no_sandbox)
   try:
@@ -703,16 +680,17 @@ def main(argv=None) -> int:
   except SandboxUnavailable as e:
     print(f"error: can't grade in a sandbox: {e}", file=sys.stderr)
     return 2
-  before = {s.label: hashlib.sha256(s.data).hexdigest() for s in subs}
   t0 = time.monotonic()
-  parsed = [parse(s, stubs, opts) for s in subs]
-  n_tasks = sum(len(stubs[p.part].exercises) for p in parsed if not p.failure)
-  parts = sorted({p.part for p in parsed if p.part})
-  bar = tqdm(total=n_tasks, unit="check", file=sys.stderr,
-             desc=f"grading {', '.join(parts) or 'submissions'} ({len(subs)} notebooks)")
+  bar = tqdm(total=0, unit="check", file=sys.stderr,
+             desc=f"grading {len(subs)} notebook{'s' * (len(subs) != 1)}")
+
+  def parsed(p):   # the bar grows as the notebooks are read
+    if not p.failure:
+      bar.total += len(stubs[p.part].exercises)
+      bar.refresh()
   grader.progress = lambda: bar.update(1)
   try:
-    rows = grader.grade(parsed, args.jobs)
+    rows = grader.grade(subs, args.jobs, on_parsed=parsed)
   except SandboxUnavailable as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
@@ -720,12 +698,10 @@ def main(argv=None) -> int:
     bar.close()
     grader.close()
   elapsed = time.monotonic() - t0
-  for s in subs:   # we only read them; make sure, for the record
-    assert hashlib.sha256(s.data).hexdigest() == before[s.label]
 
   rows = report.sort_rows(rows, stubs)
-  similar = similarity.pairs(parsed, stubs)
-  meta = {"seed": seed, "sandbox": MODE_TEXT[grader.ws.sandbox.mode],
+  similar = similarity.pairs(grader.signatures)
+  meta = {"seed": seed, "sandbox": mode_text(grader.ws.sandbox.mode),
           "limits": f"{opts.timeout:g} s, {opts.memory_mib} MiB and {opts.pids} processes per "
                     "exercise of each notebook",
           "unsafe": not opts.sandbox}
@@ -733,7 +709,8 @@ def main(argv=None) -> int:
   csv_path, html_path = report.write(rows, stubs, args.out, meta, similar)
   print(report.tables(rows, stubs))
   print(report.one_line(rows, len(subs), elapsed, csv_path, html_path))
-  print(f"seed {seed} ({MODE_TEXT[grader.ws.sandbox.mode]})")
+  print(f"seed {seed} ({mode_text(grader.ws.sandbox.mode)}); the grader's peak memory "
+        f"{peak_memory_mb():.0f} MB")
   return 0
 
 

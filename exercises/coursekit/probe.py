@@ -23,11 +23,15 @@ The same probe serves two places:
   runs in the learner's kernel at seed 0 and is compared with the reference's
   seed-0 records, stored beside the stubs by `make exercises`. Instant feedback.
 * The grader runs it in a sandbox per (submission, exercise), at a seed of its
-  choosing, against a learner edition of the library in which the exercise's
-  targets are absent, and compares outside the sandbox (`coursekit.grade`).
+  choosing (never 0), against a learner edition of the library in which the
+  exercise's targets are absent, and compares outside the sandbox
+  (`coursekit.grade`).
 
 So a learner's notebook can only change its own records: editing a check cell,
-or patching anything, can never make a wrong answer's values right.
+or patching anything, can never make a wrong answer's values right. For that,
+every probe draws inputs from `p.rng` that change its records (`make
+exercises` refuses a probe whose records are the same at two seeds), so that
+the records shipped for seed 0 answer nothing at the grader's seed.
 """
 from __future__ import annotations
 
@@ -39,6 +43,10 @@ import numpy as np
 
 RTOL, ATOL = 1e-7, 1e-9
 MESSAGE_LIMIT = 600
+SHIPPED_SEED = 0
+RECURSION_HINT = ("your answer calls itself without end: while the check runs, the rule tables "
+                  "and the library functions this exercise asks for hold your own answer, so an "
+                  "answer that calls them calls itself")   # the learners' check cells run at it; its records ship with the stubs
 
 
 class Stop(Exception):
@@ -135,7 +143,8 @@ class Probe:
 
   def value(self, label: str, x, rtol=RTOL, atol=ATOL, dtype=True, secret=False):
     """Record `x` (compared with tolerances `rtol`/`atol`; `dtype=False` ignores dtypes).
-    `secret`: an answer to a question, stored in the stubs as a hash only (exact match)."""
+    `secret`: an answer to a question, left out of the records that ship with the stubs
+    (the notebook's check can't judge it; the grader does)."""
     record = {"label": label, "value": encode(x), "rtol": rtol, "atol": atol, "dtype": dtype}
     if secret:
       record["secret"] = True
@@ -153,8 +162,11 @@ class Probe:
 
   def error(self, label, e):
     kind = "todo" if isinstance(e, NotImplementedError) else "error"
+    message = short(e)
+    if isinstance(e, RecursionError):
+      message = short(f"{e} ({RECURSION_HINT})")
     self._record({"label": label, "value": {"k": kind, "type": type(e).__name__,
-                                             "message": short(e)}})
+                                             "message": message}})
 
   def raises(self, label: str, fn, *args, **kwargs):
     """Record the name of the exception `fn(...)` raises ("no error" if none)."""
@@ -194,10 +206,19 @@ def run(spec: Spec, namespace: dict, seed: int) -> list[dict]:
 
 # --- Comparing -----------------------------------------------------------------------------
 
+ULPS = 8   # values of a float dtype agree to at least this many units in the last place
+
+
 def _values_close(got, want, rtol, atol) -> bool:
+  """Within the tolerances, and never stricter than `ULPS` units in the last place of the
+  reference's dtype: XLA's results round differently from one CPU to the next."""
   g = np.array([_number(v) for v in got["data"]], dtype=np.float64)
   w = np.array([_number(v) for v in want["data"]], dtype=np.float64)
-  return bool(np.allclose(g, w, rtol=rtol, atol=atol, equal_nan=True))
+  try:
+    eps = float(np.finfo(np.dtype(want["dtype"])).eps)
+  except (TypeError, ValueError):
+    eps = float(np.finfo(np.float64).eps)
+  return bool(np.allclose(g, w, rtol=max(rtol, ULPS * eps), atol=atol, equal_nan=True))
 
 
 def describe(v, values=True) -> str:
@@ -334,11 +355,8 @@ def _arrays_differ(got, want, rtol, atol) -> str:
 def diff(got: dict, want: dict, rtol, atol, dtype=True) -> str | None:
   """None if `got` matches `want`, else what differs."""
   kg, kw = got.get("k"), want.get("k")
-  if kw == "hash":   # a secret answer: only its hash is known here
-    import hashlib
-    import json
-    sha = hashlib.sha256(json.dumps(got, sort_keys=True).encode()).hexdigest()
-    return None if sha == want.get("sha") else "that is not the right answer"
+  if kw == "withheld":   # a secret answer, not shipped: only the grader can judge it
+    return None
   if kw in ("error", "todo"):
     if kg == kw and got.get("type") == want.get("type"):
       return None
@@ -404,6 +422,7 @@ class Verdict:
   message: str = ""
   todo: bool = False         # the learner's answer says "not done yet"
   notes: list = field(default_factory=list)
+  withheld: int = 0          # records that only the grader can judge (secret answers)
 
 
 def case(record: dict) -> str:
@@ -436,4 +455,5 @@ def compare(got: list, want: list) -> Verdict:
       return Verdict(False, i, case(w), "that is not the right answer" if w.get("secret") else d)
   if len(got) > len(want):
     return Verdict(False, len(want), "the check", "recorded more than the reference did")
-  return Verdict(True, len(want))
+  withheld = sum(w["value"].get("k") == "withheld" for w in want)
+  return Verdict(True, len(want) - withheld, withheld=withheld)

@@ -2,13 +2,15 @@
 
 Everything here depends only on the rows (sorted first), so the same
 submissions always give byte-identical files: no times, no dates, no paths
-outside the submissions folder.
+outside the submissions folder. Every field of the CSV is safe to open in a
+spreadsheet (`neutral`); the HTML escapes everything.
 """
 from __future__ import annotations
 
 import csv
 import html
 import io
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -98,12 +100,27 @@ def one_line(rows, n_subs, elapsed, csv_path, html_path) -> str:
           f"for review; wrote {csv_path} and {html_path}")
 
 
+# What makes a spreadsheet read a cell as a formula (OWASP's list, with the full-width
+# forms some spreadsheets accept too). Numbers are left as they are.
+_FORMULA = ("=", "+", "-", "@", "\t", "\r", "\n", "\uff1d", "\uff0b", "\uff0d", "\uff20")
+_NUMBER = re.compile(r"[+-]?\d+(\.\d+)?")
+
+
+def neutral(value) -> str:
+  """A CSV field that no spreadsheet runs: one that a spreadsheet would take for a
+  formula gets a leading apostrophe (OWASP's advice for CSV injection)."""
+  text = str(value)
+  if text.lstrip().startswith(_FORMULA) and not _NUMBER.fullmatch(text):
+    return "'" + text
+  return text
+
+
 def write_csv(rows, path: Path) -> None:
   buf = io.StringIO()
   w = csv.DictWriter(buf, FIELDS, lineterminator="\n")
   w.writeheader()
-  w.writerows({k: r.get(k, "") for k in FIELDS} for r in rows)
-  path.write_text(buf.getvalue(), encoding="utf-8")
+  w.writerows({k: neutral(r.get(k, "")) for k in FIELDS} for r in rows)
+  path.write_text(buf.getvalue(), encoding="utf-8", errors="backslashreplace")
 
 
 CSS = """
@@ -208,7 +225,7 @@ def write_html(rows, stubs, path: Path, meta=None, similar=()) -> None:
                f"<td>{_e(s['b'])}</td><td class='n'>{100 * s['similarity']:.0f}%</td></tr>")
     h.append("</table>")
   h.append("</body></html>")
-  path.write_text("\n".join(h) + "\n", encoding="utf-8")
+  path.write_text("\n".join(h) + "\n", encoding="utf-8", errors="backslashreplace")
 
 
 def write(rows, stubs, out: Path, meta=None, similar=()) -> tuple[Path, Path]:

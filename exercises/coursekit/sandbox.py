@@ -3,25 +3,34 @@
 Each run gets:
 
 * a read-only view of the runtime only: /usr (and its /bin, /lib links), the
-  Python installation and the virtual environment (as /venv), plus the folders
-  the caller binds (the learner edition of the library and the grader's
-  runner), and a private writable /tmp (a tmpfs, also the working directory
-  and $HOME);
+  Python installation and the virtual environment, each at its own path; the
+  files the caller copies in through file descriptors (the grader's zip of
+  the learner edition and its runner); a private, size-limited, writable
+  /tmp (also the working directory and $HOME) and /dev/shm. The rest of the
+  file system, its root and /dev included, is read-only;
 * no network, its own pid namespace (when its first process ends, the kernel
-  kills every process left in it: nothing outlives a run), its own IPC and UTS
-  namespaces, a new session (no terminal), an unprivileged uid (65534), no
-  capabilities, and a scrubbed environment;
+  kills every process left in it: nothing outlives a run), its own IPC, UTS
+  and cgroup namespaces, a new session (no terminal), an unprivileged uid
+  (65534), no capabilities, no further user namespaces (`--disable-userns`,
+  bwrap >= 0.8), and an environment of its own;
+* nothing of the grader: bwrap starts with an empty environment and reads its
+  options from a file descriptor, so the sandbox's /proc/1/environ is empty and
+  its /proc/1/cmdline is `bwrap --args 4 -- <command>`; the result channel is a
+  pipe whose number the command gets on stdin, not from the environment; and
+  every descriptor has the same number in every run (`FD_RESULT`, ...);
 * limits for the sandbox as a whole, from cgroups: memory (tmpfs included) and
   the number of processes. As root, from the cgroup v1 `memory` and `pids`
   controllers; otherwise from `systemd-run --user --scope` where a user
-  session has one; else per-process rlimits only (`Limits.mode` says which,
-  and the grader's report says so at its top);
+  session has one; else per-process rlimits only (`Sandbox.mode` says which,
+  and the grader's report says so at its top). In every mode, /tmp and
+  /dev/shm have a size limit, and nothing else is writable;
 * per-process rlimits as well (CPU seconds, file size, no core files);
 * capped output: at most `output_cap` bytes of stdout+stderr are kept, the rest
   is read and dropped; the result channel (a separate pipe) is capped too.
 
-The submissions, the grader's output folder, the course repository and other
-sandboxes are not mounted, so not visible.
+The submissions, the grader's output and working folders, the course
+repository (but its virtual environment) and other sandboxes are not
+mounted, so not visible.
 """
 from __future__ import annotations
 
@@ -38,7 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 CGROUP_V1 = Path("/sys/fs/cgroup")
-VENV = "/venv"
+DISABLE_USERNS = True   # bwrap >= 0.8 can forbid user namespaces inside (found by `unavailable`)
 _counter = itertools.count()
 
 
@@ -53,6 +62,7 @@ class Limits:
   cpu_seconds: int = 120        # per process
   file_mib: int = 64            # largest file written
   tmp_mib: int = 256            # the private /tmp
+  shm_mib: int = 64             # the private /dev/shm
   timeout: float = 60           # wall clock, the whole run
   output_cap: int = 64_000      # bytes of stdout+stderr kept
   result_cap: int = 16 << 20    # bytes of result
@@ -88,9 +98,13 @@ class Sandbox:
     if why:
       raise SandboxUnavailable(why)
     self.mode = self.mode or limit_mode()
+    self.bwrap, self.prlimit = shutil.which("bwrap"), shutil.which("prlimit")
+    self.env_path = shutil.which("env") or "/usr/bin/env"   # `env -i`: nothing reaches bwrap
 
   # --- the command line ---------------------------------------------------------------
   def runtime_binds(self) -> list[str]:
+    """The runtime, read-only, each where it is on the host: /usr, the Python installation
+    and the virtual environment (so paths inside are the paths a notebook sees)."""
     args = []
     for top in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
       p = Path(top)
@@ -98,93 +112,108 @@ class Sandbox:
         args += ["--symlink", os.readlink(p), top]
       elif p.is_dir():
         args += ["--ro-bind", top, top]
-    for etc in ("/etc/ld.so.cache", "/etc/localtime", "/etc/ssl"):
+    for etc in ("/etc/ld.so.cache", "/etc/localtime"):
       if Path(etc).exists():
         args += ["--ro-bind", etc, etc]
-    base = os.path.realpath(sys.base_prefix)   # the Python installation, where it is
-    if not base.startswith("/usr"):
-      args += ["--ro-bind", base, base]
-    if self.venv:                               # the virtual environment, as /venv: its
-      args += ["--ro-bind", sys.prefix, VENV]   # real path would show where the course is
+    for prefix in {os.path.realpath(sys.base_prefix), sys.prefix}:
+      if not prefix.startswith("/usr/"):
+        args += ["--ro-bind", prefix, prefix]
     return args
 
   @property
-  def venv(self) -> bool:
-    return sys.prefix != sys.base_prefix
-
-  @property
   def python(self) -> str:
-    """The path of this Python inside the sandbox."""
-    if not self.enabled:
-      return sys.executable
-    if self.venv:
-      return f"{VENV}/bin/{os.path.basename(sys.executable)}"
-    return os.path.realpath(sys.executable)
+    """The path of this Python, inside the sandbox as outside."""
+    return os.path.normpath(os.path.abspath(sys.executable))
 
-  def argv(self, command: list[str], result_fd: int, binds: dict, env: dict) -> list[str]:
+  def argv(self, command: list[str], binds: dict, env: dict, files: dict) -> tuple[list, list]:
+    """(bwrap's options, the command line after them). The options go to bwrap through a
+    file descriptor (`--args`), so that no path or setting of the grader shows in the
+    sandbox's /proc/1/cmdline; bwrap itself starts with an empty environment, so
+    /proc/1/environ is empty. `files`: {path inside: fd}, copied into the sandbox."""
     lim = self.limits
     env = {"PATH": f"{os.path.dirname(self.python)}:/usr/bin:/bin", "HOME": "/tmp",
            "TMPDIR": "/tmp", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1",
-           "PYTHONHASHSEED": "0", "COURSEKIT_RESULT_FD": str(result_fd), **self.env, **env}
-    args = ["bwrap", "--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534",
-            "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+           "PYTHONHASHSEED": "0", **self.env, **env}
+    args = ["--unshare-all", "--unshare-user", *(["--disable-userns"] * DISABLE_USERNS), "--uid", "65534",
+            "--gid", "65534", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
             *self.runtime_binds(), "--proc", "/proc", "--dev", "/dev",
+            "--size", str(lim.shm_mib << 20), "--tmpfs", "/dev/shm",
             "--size", str(lim.tmp_mib << 20), "--tmpfs", "/tmp"]
     for host, inside in {**self.binds, **binds}.items():
       args += ["--ro-bind", str(host), str(inside)]
-    args += ["--chdir", "/tmp", "--clearenv"]
+    for inside, fd in files.items():
+      args += ["--file", str(fd), inside]
+    args += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/tmp", "--clearenv"]
     for k, v in env.items():
       args += ["--setenv", k, v]
-    return args + ["--", *command]
+    return args, ["--", *command]
 
   def rlimit_argv(self) -> list[str]:
     lim = self.limits
-    args = ["prlimit", f"--cpu={lim.cpu_seconds}:{lim.cpu_seconds + 5}",
+    args = [self.prlimit, f"--cpu={lim.cpu_seconds}:{lim.cpu_seconds + 5}",
             f"--fsize={lim.file_mib << 20}", "--core=0"]
     if self.mode == "rlimits":   # no cgroup: per process, and a per-user process count
       args += [f"--as={lim.memory_mib << 20}", f"--nproc={lim.pids}"]
     return args + ["--"]
 
   # --- running ---------------------------------------------------------------------------
-  def run(self, command: list[str], stdin: bytes = b"", binds: dict | None = None,
-          env: dict | None = None, cwd: str | None = None) -> Result:
-    """Run `command` inside a fresh sandbox, with `binds` ({host: inside}, read-only) and
-    `env` added; wait at most `limits.timeout` seconds. Without a sandbox (trusted use),
+  def run(self, command: list[str], stdin=b"", binds: dict | None = None,
+          env: dict | None = None, cwd: str | None = None, files: dict | None = None) -> Result:
+    """Run `command` inside a fresh sandbox, with `binds` ({host: inside}, read-only),
+    `files` ({inside: host path}, copied in) and `env` added; wait at most
+    `limits.timeout` seconds. `stdin`: bytes, or a function of the result descriptor's
+    number that gives them (`FD_RESULT` in a sandbox). Without a sandbox (trusted use),
     `command` runs as a plain subprocess in `cwd`, with `env` added to ours."""
     lim = self.limits
     r_fd, w_fd = os.pipe()
+    data = stdin(FD_RESULT if self.enabled else w_fd) if callable(stdin) else stdin
     cg = _Cgroup(lim) if self.mode == "cgroup-v1" else None
+    opened = []
     if self.enabled:
-      inner = self.rlimit_argv() + self.argv(command, w_fd, binds or {}, env or {})
+      host_fds = [os.open(host, os.O_RDONLY | os.O_CLOEXEC) for host in (files or {}).values()]
+      opened += host_fds
+      inside = {dest: FD_FILES + i for i, dest in enumerate(files or {})}
+      options, tail = self.argv(command, binds or {}, env or {}, inside)
+      args_fd = os.memfd_create("bwrap-args") if hasattr(os, "memfd_create") else _temp_fd()
+      opened.append(args_fd)
+      os.write(args_fd, b"".join(a.encode() + b"\0" for a in options))
+      os.lseek(args_fd, 0, os.SEEK_SET)
+      inner = [self.env_path, "-i", *self.rlimit_argv(), self.bwrap, "--args", str(FD_ARGS), *tail]
+      child_fds = {FD_RESULT: w_fd, FD_ARGS: args_fd,
+                   **{FD_FILES + i: fd for i, fd in enumerate(host_fds)}}
+      popen_env = {}
     else:
       inner = command
+      popen_env = dict(os.environ, **self.env, **(env or {}))
     if cg is not None:
       inner = ["/bin/sh", "-c", ''
                f'echo $$ > {cg.memory}/cgroup.procs && echo $$ > {cg.pids}/cgroup.procs && '
                'exec "$@"', "sh", *inner]
-    elif self.mode == "systemd":
+    elif self.mode == "systemd":   # systemd-run needs the session's bus; `env -i` drops it
+      popen_env = {k: v for k, v in os.environ.items()
+                   if k in ("DBUS_SESSION_BUS_ADDRESS", "XDG_RUNTIME_DIR")}
       inner = ["systemd-run", "--user", "--scope", "--quiet", "--collect",
                f"-pMemoryMax={lim.memory_mib}M", "-pMemorySwapMax=0",
                f"-pTasksMax={lim.pids}", "--", *inner]
-    if not self.enabled:
-      env = dict(os.environ, **self.env, **(env or {}), COURSEKIT_RESULT_FD=str(w_fd))
-    else:
-      env, cwd = None, None
     t0 = time.monotonic()
     try:
-      proc = subprocess.Popen(inner, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, pass_fds=(w_fd,), env=env, cwd=cwd,
-                              start_new_session=True)
+      if self.enabled:
+        proc = _Spawned(inner, popen_env, child_fds)
+      else:
+        proc = subprocess.Popen(inner, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, pass_fds=(w_fd,), env=popen_env,
+                                cwd=cwd, start_new_session=True)
     except OSError as e:
-      os.close(r_fd)
-      os.close(w_fd)
+      for fd in (r_fd, w_fd, *opened):
+        os.close(fd)
       if cg:
         cg.remove()
       raise SandboxUnavailable(f"could not start the sandbox: {e}") from None
-    os.close(w_fd)
+    for fd in (w_fd, *opened):
+      os.close(fd)
     out, res = _Reader(proc.stdout, lim.output_cap), _Reader(os.fdopen(r_fd, "rb"), lim.result_cap)
     try:
-      proc.stdin.write(stdin)
+      proc.stdin.write(data)
       proc.stdin.close()
     except (BrokenPipeError, OSError):
       pass
@@ -216,6 +245,53 @@ class Sandbox:
       status = "exited"
     return Result(status, rc, sig, oom, out.text(), out.total, res.data(), res.truncated,
                   time.monotonic() - t0)
+
+
+# A sandbox's descriptors, the same in every run (whatever the grader has open, however
+# many runs are at once): the result pipe, bwrap's options, the files copied in.
+FD_RESULT, FD_ARGS, FD_FILES = 3, 4, 5
+
+
+class _Spawned:
+  """A process in a new session, started by `os.posix_spawnp` with its descriptors at
+  fixed numbers ({child fd: parent fd}; `subprocess` keeps the parent's numbers, and its
+  `preexec_fn` is not safe with threads). Stdout and stderr are one pipe. Like Popen:
+  `pid`, `stdin`, `stdout`, `wait(timeout)`, `returncode`."""
+
+  def __init__(self, argv, env, fds: dict):
+    in_r, in_w = os.pipe()
+    out_r, out_w = os.pipe()
+    fds = {0: in_r, 1: out_w, 2: out_w, **fds}
+    spare = max([*fds, *fds.values()]) + 1   # out of the way of every source and target
+    actions = [(os.POSIX_SPAWN_DUP2, src, spare + i) for i, src in enumerate(fds.values())]
+    actions += [(os.POSIX_SPAWN_DUP2, spare + i, dst) for i, dst in enumerate(fds)]
+    actions += [(os.POSIX_SPAWN_CLOSE, spare + i) for i in range(len(fds))]
+    try:
+      self.pid = os.posix_spawnp(argv[0], argv, env, file_actions=actions, setsid=True)
+    finally:
+      os.close(in_r)
+      os.close(out_w)
+    self.stdin, self.stdout = os.fdopen(in_w, "wb"), os.fdopen(out_r, "rb")
+    self.returncode = None
+    self._done = threading.Event()
+    threading.Thread(target=self._reap, daemon=True).start()
+
+  def _reap(self):
+    _, status = os.waitpid(self.pid, 0)
+    self.returncode = os.waitstatus_to_exitcode(status)
+    self._done.set()
+
+  def wait(self, timeout=None):
+    if not self._done.wait(timeout):
+      raise subprocess.TimeoutExpired(str(self.pid), timeout)
+    return self.returncode
+
+
+def _temp_fd() -> int:
+  import tempfile
+  fd, path = tempfile.mkstemp()
+  os.unlink(path)
+  return fd
 
 
 class _Reader(threading.Thread):
@@ -324,15 +400,18 @@ class _Cgroup:
 
 def unavailable() -> str | None:
   """Why bwrap can't sandbox here (None if it can)."""
+  global DISABLE_USERNS
   if shutil.which("bwrap") is None:
     return ("bubblewrap (bwrap) is not installed: install it (Debian/Ubuntu: "
             "`apt-get install bubblewrap`) or, for trusted notebooks only, pass --no-sandbox")
   if shutil.which("prlimit") is None:
     return "prlimit (util-linux) is not installed"
+  base = ["bwrap", "--unshare-all", "--unshare-user", "--uid", "65534", "--ro-bind", "/", "/"]
   try:
-    p = subprocess.run(["bwrap", "--unshare-all", "--unshare-user", "--uid", "65534",
-                        "--ro-bind", "/", "/", "--", "/bin/true"],
-                       capture_output=True, timeout=20)
+    p = subprocess.run(base + ["--", "/bin/true"], capture_output=True, timeout=20)
+    if p.returncode == 0:
+      DISABLE_USERNS = subprocess.run(base[:3] + ["--disable-userns"] + base[3:] + ["--", "/bin/true"],
+                                      capture_output=True, timeout=20).returncode == 0
   except (OSError, subprocess.TimeoutExpired) as e:
     return f"bwrap could not run: {e}"
   if p.returncode != 0:
@@ -370,9 +449,18 @@ MODE_TEXT = {
 }
 
 
+def mode_text(mode: str) -> str:
+  """How this machine sandboxes, for the report."""
+  text = MODE_TEXT[mode]
+  if mode != "none" and not DISABLE_USERNS:
+    text += ("; this bwrap (< 0.8) can't forbid nested user namespaces inside the sandbox: "
+             "upgrade bubblewrap")
+  return text
+
+
 if __name__ == "__main__":   # a quick self-test: python -m coursekit.sandbox
   sb = Sandbox()
-  r = sb.run([sb.python, "-c", "import os; print(os.getuid()); "
-              f"os.write(int(os.environ['COURSEKIT_RESULT_FD']), b'ok')"])
+  r = sb.run([sb.python, "-c", "import os, sys; print(os.getuid()); "
+              "os.write(int(sys.stdin.read()), b'ok')"], stdin=lambda fd: str(fd).encode())
   print(json.dumps({"mode": sb.mode, "status": r.status, "output": r.output,
                     "result": r.result.decode()}))

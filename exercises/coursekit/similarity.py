@@ -13,9 +13,10 @@ from __future__ import annotations
 import ast
 import builtins
 import io
-import re
 import tokenize
 from collections import defaultdict
+
+import numpy as np
 
 from .runner import neutralize
 
@@ -67,38 +68,51 @@ def tokens(code: str) -> list[str]:
     return code.split()
 
 
-def shingles(toks: list[str], n: int = 3) -> set:
-  return {tuple(toks[i:i + n]) for i in range(max(len(toks) - n + 1, 1))}
+MAX_TOKENS = 5000   # of one answer (longer ones are compared on their first tokens)
 
 
-def answers(parsed, stubs) -> dict:
-  """{(part, exercise): {(student, submission): code}} from parsed submissions."""
-  out = defaultdict(dict)
-  for p in parsed:
-    if p.failure or not p.part:
-      continue
-    for c in p.cells:
-      ex = c.get("exercise")
-      if c["kind"] == "learner" and ex and "raise NotImplementedError" not in c["source"]:
-        key = (p.student, p.sub.label)
-        out[p.part, ex][key] = out[p.part, ex].get(key, "") + "\n" + c["source"]
+def signature(code: str) -> np.ndarray:
+  """The sorted, unique hashes of an answer's token 3-grams, once normalized."""
+  toks = tokens(normalize(code))[:MAX_TOKENS]
+  if len(toks) < MIN_TOKENS:
+    return np.zeros(0, np.int64)
+  grams = {hash(tuple(toks[i:i + 3])) for i in range(len(toks) - 2)}
+  return np.unique(np.fromiter(grams, np.int64, len(grams)))
+
+
+def signatures(parsed) -> list[tuple]:
+  """[(part, exercise, student, submission, signature)] of one parsed submission's
+  answers (unanswered stubs and short answers left out): all the similarity check
+  keeps of a notebook."""
+  if parsed.failure or not parsed.part:
+    return []
+  code = defaultdict(str)
+  for c in parsed.cells:
+    ex = c.get("exercise")
+    if c["kind"] == "learner" and ex and "raise NotImplementedError" not in c["source"]:
+      code[ex] += "\n" + c["source"]
+  out = []
+  for ex, text in sorted(code.items()):
+    sig = signature(text)
+    if sig.size:
+      out.append((parsed.part, ex, parsed.student, parsed.sub.label, sig))
   return out
 
 
-def pairs(parsed, stubs, threshold: float = THRESHOLD) -> list[dict]:
+def pairs(sigs: list[tuple], threshold: float = THRESHOLD) -> list[dict]:
   """[{part, exercise, a, b, similarity}] for near-identical answers of different students."""
+  by_ex = defaultdict(list)
+  for part, ex, student, label, sig in sigs:
+    by_ex[part, ex].append((student, label, sig))
   found = []
-  for (part, ex), by_sub in sorted(answers(parsed, stubs).items()):
-    items = []
-    for (student, label), code in sorted(by_sub.items()):
-      toks = tokens(normalize(code))
-      if len(toks) >= MIN_TOKENS:
-        items.append((student, label, shingles(toks)))
-    for i, (sa, la, sh_a) in enumerate(items):   # all pairs: sets are small, so this is fast
-      for sb, lb, sh_b in items[i + 1:]:
+  for (part, ex), items in sorted(by_ex.items()):
+    items.sort(key=lambda t: (t[0], t[1]))
+    for i, (sa, la, a) in enumerate(items):   # all pairs: answers are few and short
+      for sb, lb, b in items[i + 1:]:
         if sa == sb:
           continue
-        sim = len(sh_a & sh_b) / max(len(sh_a | sh_b), 1)
+        inter = np.intersect1d(a, b, assume_unique=True).size
+        sim = inter / max(a.size + b.size - inter, 1)
         if sim >= threshold:
           found.append({"part": part, "exercise": ex, "a": f"{sa} ({la})", "b": f"{sb} ({lb})",
                         "similarity": round(sim, 3)})

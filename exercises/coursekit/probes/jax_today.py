@@ -92,7 +92,9 @@ def probe_T_3(p, trace_to_jaxpr):
       lambda x: anp.sum(anp.sin(x) * x))), x))
 
 
-@probe("T.4", answers=("my_vjp",), removes={"autodidax.stackless:vjp": "my_vjp"})
+@probe("T.4", answers=("my_vjp",),
+       removes={"autodidax.stackless:vjp": "my_vjp", "autodidax.api:vjp": None,
+                "autodidax.api:vjp_flat": None})
 def probe_T_4(p, my_vjp):
   x, y = p.rng.normal(size=3), p.rng.normal(size=3)
   programs = [   # (description, function, args)
@@ -111,6 +113,17 @@ def probe_T_4(p, my_vjp):
     p.value(f"f_vjp of {what}: the cotangents", cts)
 
 
+def _nest(kinds, xs):
+  """How to run g under the transformations `kinds`, outermost first, on scalars."""
+  def run(g):
+    h = g
+    for kind in reversed(kinds):
+      h = (lambda h: lambda x: sl.jvp(h, (x,), (1.,))[1])(h) if kind == "jvp" \
+          else (lambda h: lambda x: sl.vmap(h)(x * xs))(h)
+    return h(1.)
+  return run
+
+
 @probe("T.5", answers=("trace_chain",))
 def probe_T_5(p, trace_chain):
   xs = p.rng.normal(size=3)
@@ -123,6 +136,9 @@ def probe_T_5(p, trace_chain):
                         (2.,), (1.,))),
       ("grad of vmap", lambda g: sl.grad(lambda y: anp.sum(sl.vmap(g)(xs * y)))(1.)),
   ]
+  for k in range(2):   # and nestings drawn from the seed
+    kinds = [str(t) for t in p.rng.choice(["jvp", "vmap"], size=int(p.rng.integers(2, 4)))]
+    nestings.append((f"a nesting drawn at random (#{k})", _nest(kinds, xs)))
   for what, run in nestings:
     seen = []
 

@@ -12,7 +12,7 @@ from autodidax import ad, control_flow, core, flop_count, lax
 from autodidax.control_flow import cond_p, scan_p
 from autodidax.core import ShapedArray
 
-from ..checks import patched
+from ..checks import patched, recorded_binds
 from ..probe import probe
 
 
@@ -208,9 +208,21 @@ def probe_C_5(p, dot_general_flops):
       p.value(f"flops of {what}: in dot_general", got.by_primitive.get("dot_general", 0))
 
 
-@probe("C.6", answers=("b_answer", "c_answer"))
-def probe_C_6(p, b_answer, c_answer):
-  b = p.call("b_answer as a float", float, b_answer)
-  c = p.call("c_answer as a list of floats", lambda: [float(v) for v in c_answer])
-  p.value("b, the final carry", b, secret=True)
-  p.value("c, the stacked outputs", c, secret=True)
+@probe("C.6", answers=("jaxpr_outputs",))
+def probe_C_6(p, jaxpr_outputs):
+  inputs = [[0.5, 2., 3.]] + [[float(v) for v in np.round(p.rng.uniform(0., 3., size=3), 1)]
+                              for _ in range(4)]
+  for i, a in enumerate(inputs):
+    what = "the input [0.5, 2.0, 3.0]" if i == 0 else f"drawn input #{i}"
+    with recorded_binds() as binds:
+      out = p.call(f"jaxpr_outputs of {what}", jaxpr_outputs, list(a))
+    pair = isinstance(out, (tuple, list)) and len(out) == 2
+    p.value(f"jaxpr_outputs of {what}: returns a pair (b, c)", pair)
+    if not pair:
+      return
+    p.value(f"jaxpr_outputs of {what}: b, the final carry",
+            p.call(f"b of {what} as a float", float, out[0]))
+    p.value(f"jaxpr_outputs of {what}: c, the stacked outputs",
+            p.call(f"c of {what} as a list of floats", lambda: [float(v) for v in out[1]]))
+    p.value(f"jaxpr_outputs of {what}: primitives bound (none: work it out, don't run it)",
+            len(binds))

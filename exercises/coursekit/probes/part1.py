@@ -176,7 +176,8 @@ def probe_1_5(p, reduce_sum_batch):
     p.value("jvp of vmap (tangent)", y_dot)
 
 
-@probe("1.6", answers=("jacfwd",), removes={"autodidax.api:jacfwd": "jacfwd"})
+@probe("1.6", answers=("jacfwd",),
+       removes={"autodidax.api:jacfwd": "jacfwd", "autodidax.api:jacrev": None})
 def probe_1_6(p, jacfwd):
   w, c = p.rng.normal(size=(2, 3)), p.rng.normal(size=3)
   cases = [

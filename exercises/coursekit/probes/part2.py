@@ -98,8 +98,8 @@ def probe_2_1(p, broadcast_abstract_eval):
        removes={"autodidax.jaxpr:typecheck_atom": "typecheck_atom"})
 def probe_2_2(p, typecheck_atom):
   check = typecheck_atom
-  avals = [ShapedArray((3,), np.float32), ShapedArray((), np.float64),
-           ShapedArray((2, 2), np.int32), ShapedArray((4,), np.float64, True)]
+  avals = [ShapedArray(_sizes(p, 1), np.float32), ShapedArray((), np.float64),
+           ShapedArray(_sizes(p, 2), np.int32), ShapedArray(_sizes(p, 1), np.float64, True)]
   vs = [Var(a) for a in avals]
   names = jx.VarNames()
   for i in p.rng.permutation(len(vs)):   # the variables' names depend on the seed

@@ -101,7 +101,8 @@ def probe_3_2(p, reduce_max_lowering):
 
 
 @probe("3.3", answers=("xla_call_vmap",),
-       removes={"autodidax.xla:_xla_call_vmap": "xla_call_vmap", "autodidax.xla:vmap_jaxpr": None})
+       removes={"autodidax.xla:_xla_call_vmap": "xla_call_vmap", "autodidax.xla:vmap_jaxpr": None,
+                "autodidax.control_flow.common:batch_jaxpr": None})
 def probe_3_3(p, xla_call_vmap):
   r = p.rng
   W = r.normal(size=(3, 2))   # a constant the jitted functions close over

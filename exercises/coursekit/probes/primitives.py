@@ -83,11 +83,12 @@ def probe_P_2(p, logaddexp_abstract_eval, logaddexp_p, logaddexp):
   def describe(aval):
     return [type(aval).__name__, list(aval.shape), str(np.dtype(aval.dtype))]
 
+  n, m = (int(v) for v in p.rng.integers(2, 6, size=2))   # the operands' shapes
   with _rules(logaddexp_p, abstract_eval=logaddexp_abstract_eval):
-    for what, x, y in [("two vectors", p.rng.normal(size=3), p.rng.normal(size=3)),
-                       ("two float32 vectors", p.rng.normal(size=2).astype(np.float32),
-                        p.rng.normal(size=2).astype(np.float32)),
-                       ("two matrices", p.rng.normal(size=(2, 3)), p.rng.normal(size=(2, 3))),
+    for what, x, y in [("two vectors", p.rng.normal(size=n), p.rng.normal(size=n)),
+                       ("two float32 vectors", p.rng.normal(size=m).astype(np.float32),
+                        p.rng.normal(size=m).astype(np.float32)),
+                       ("two matrices", p.rng.normal(size=(m, n)), p.rng.normal(size=(m, n))),
                        ("two Python floats", float(p.rng.normal()), float(p.rng.normal()))]:
       closed = p.call(f"make_jaxpr(logaddexp) of {what}", adx.make_jaxpr(logaddexp), x, y)
       p.value(f"make_jaxpr(logaddexp) of {what}: the output's type, shape and dtype",
@@ -100,7 +101,7 @@ def probe_P_2(p, logaddexp_abstract_eval, logaddexp_p, logaddexp):
     p.value("logaddexp(x, a constant) (a ConcreteArray operand): the output",
             [describe(a) for a in closed.out_avals])
     out = p.call("the rule on two ConcreteArrays", logaddexp_abstract_eval,
-                 core.get_aval(p.rng.normal(size=2)), core.get_aval(p.rng.normal(size=2)))
+                 core.get_aval(p.rng.normal(size=n)), core.get_aval(p.rng.normal(size=n)))
     p.value("the rule on two ConcreteArrays returns a ShapedArray of their shape and dtype",
             describe(out))
     for what, x, y in [("shapes (3,) and (2,)", np.ones(3), np.ones(2)),
