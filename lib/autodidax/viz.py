@@ -297,6 +297,38 @@ def _event_line(e: core.BindEvent) -> str:
           f"  → {e.main.trace_type.__name__}@{e.main.level}")
 
 
+def bind_tree(rec, title: str | None = None, max_binds: int = 40):
+  """The binds of a `record()` as a tree, left to right: each bind points to
+  the binds made while it ran (a rule's own binds, a jaxpr's equations),
+  and is coloured by the interpreter that handled it."""
+  events = rec.events[:max_binds]
+  parents, open_at = [], {}   # open_at[depth]: the last bind seen at that depth
+  for i, e in enumerate(events):
+    parents.append(open_at.get(e.depth - 1))
+    open_at[e.depth] = i
+  where = lambda e: f"{e.main.trace_type.__name__} (level {e.main.level})"
+  tops = [f"{e.prim.name} by {where(e)}"
+          + (f", making {kids} binds" if (kids := parents.count(i)) else "")
+          for i, e in enumerate(events) if parents[i] is None]
+  alt = (f"The binds as a tree, each pointing to the binds it made: "
+         f"{_clip('; '.join(tops), 160)}")
+  g = _digraph(_titled(title, alt), rankdir="LR", nodesep="0.08", ranksep="0.3")
+  if title:
+    g.attr(label=title, labelloc="t")
+  for i, e in enumerate(events):
+    name = html.escape(e.prim.name)
+    label = (f"<<b>{name}</b><br/><font point-size='9'>{where(e)}</font>>"
+             if e.depth == 0 or parents.count(i) else
+             f"<{name} <font point-size='9'>@{e.main.level}</font>>")
+    g.node(f"b{i}", label, shape="box", style="rounded,filled",
+           fillcolor=_color(e.main.trace_type))
+    if parents[i] is not None:
+      g.edge(f"b{parents[i]}", f"b{i}")
+  if len(rec.events) > max_binds:
+    g.node("more", f"... {len(rec.events) - max_binds} more binds", shape="plaintext")
+  return g
+
+
 @contextmanager
 def record():
   """Record every bind made inside the block (nesting depth included)."""
@@ -309,9 +341,9 @@ def record():
 
 def _eqn_label(eqn, names, var_label) -> str:
   """An equation's node: the primitive, its literals, short params, outputs."""
-  from .jaxpr import Lit, fmt_literal, has_jaxpr, pp_param
+  from .jaxpr import Lit, eqn_params, fmt_literal, has_jaxpr, pp_param
   lits = [fmt_literal(x.val) for x in eqn.inputs if isinstance(x, Lit)]
-  params = ", ".join(f"{k}={pp_param(v, names, 0)}" for k, v in sorted(eqn.params.items())
+  params = ", ".join(f"{k}={pp_param(v, names, 0)}" for k, v in eqn_params(eqn)
                      if not has_jaxpr(v))
   label = f"<<b>{html.escape(eqn.primitive.name)}</b>"
   if lits:
