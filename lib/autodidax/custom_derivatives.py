@@ -389,11 +389,10 @@ def check_closure_tangents(name, kind, const_tangents):
   """A custom rule differentiates the explicit arguments only."""
   if any(type(t) is not Zero for t in const_tangents):
     raise ClosedOverTracerError(
-        f"The {kind} function {name} closes over a value that has a tangent (a "
-        "value being differentiated, or any input of a jit around the call: "
-        "jit's JVP gives every input one), and its custom rule can't say how the "
-        f"output depends on that value. Pass the value to {name} as an argument "
-        "(and give its derivative in the rule), or wrap it in lax.stop_gradient.")
+        f"The {kind} function {name} closes over a value that has a tangent (one "
+        "being differentiated, or an input of a jit around the call), and its "
+        "rule can't say how the output depends on it. Pass the value to "
+        f"{name} as an argument, or wrap it in lax.stop_gradient.")
 
 
 ad.jvp_rules[custom_jvp_call_p] = _custom_jvp_call_jvp
@@ -564,11 +563,10 @@ def _check_nondiff(name, nondiff: dict):
             f"The custom_vjp function {name} got a traced value "
             f"({leaf.aval.str_short()}, traced by "
             f"{leaf._trace.main.trace_type.__name__}) in argument {i}, which "
-            "nondiff_argnums marks as not differentiated. Its bwd can't give it "
-            "a cotangent, and a traced value may need one. Keep nondiff_argnums "
-            "for values that are never traced (functions, Python numbers used as "
-            "settings); pass arrays as ordinary arguments, and return their "
-            "cotangent from bwd (None for zero).")
+            "nondiff_argnums marks as not differentiated, so bwd can't give it "
+            "the cotangent it may need. Keep nondiff_argnums for values that are "
+            "never traced (functions, settings); pass arrays as ordinary "
+            "arguments, and return their cotangent from bwd (None for zero).")
 
 
 class FwdRuleJaxpr:
