@@ -259,10 +259,12 @@ def where(condition, x=None, y=None):
     raise TypeError("where(condition) with one argument is not in autodidax (its "
                     "output shape depends on the data); pass x and y")
   x, y = _promote(x, y)
-  c, x, y = _broadcast_arrays(astype(condition, bool), x, y)
-  c, x, y = _broadcast_arrays(c, *_broadcast_arrays(x, y))
-  if _np.ndim(c) and _np.shape(x) != _np.shape(c):   # lax.select_n: cases shaped like `which`
-    x, y = broadcast_to(x, _np.shape(c)), broadcast_to(y, _np.shape(c))
+  c = astype(condition, bool)
+  # lax.select_n: both cases of the full shape; the selector a scalar or that shape
+  shape = _np.broadcast_shapes(_np.shape(c), _np.shape(x), _np.shape(y))
+  x, y = (v if _np.shape(v) == shape else broadcast_to(v, shape) for v in (x, y))
+  if _np.ndim(c) and _np.shape(c) != shape:
+    c = broadcast_to(c, shape)
   return lax.select_n(c, y, x)
 
 
