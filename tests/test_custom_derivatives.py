@@ -160,12 +160,17 @@ NAMES = sorted(ZOO["ours"])
 
 # --- Random programs ----------------------------------------------------------------------
 
-WRAPPERS = ["none", "jit", "cond", "switch", "scan", "fori", "while"]
+WRAPPERS = ["none", "jit", "cond", "switch", "scan", "fori", "while",
+            "scan/cond", "jit/switch"]
 
 
 def wrapped(bk, fn, wrapper):
-  """fn(u, v), run inside a control-flow primitive (or jit)."""
+  """fn(u, v), run inside a control-flow primitive (or jit); "a/b" is b
+  inside a."""
   np_, lax_ = bk.np, bk.lax
+  if "/" in wrapper:
+    outer, inner = wrapper.split("/")
+    return wrapped(bk, wrapped(bk, fn, inner), outer)
   if wrapper == "none":
     return fn
   if wrapper == "jit":
@@ -267,7 +272,8 @@ def untaken_branch_difference(steps, how, jax_kind, our_kind) -> bool:
   raises even when that branch isn't taken (it compiles every branch); we run
   the branch taken only, as the chapter says."""
   return (jax_kind == "raises" and our_kind == "ok" and how in FORWARD
-          and any(w in ("cond", "switch") and n.startswith("vjp") for n, w in steps))
+          and any(("cond" in w or "switch" in w) and n.startswith("vjp")
+                  for n, w in steps))
 
 
 def assert_same(steps, how, x, y):
@@ -663,3 +669,16 @@ def test_pictures_name_what_they_show():
   assert "custom_jvp_call" in svg
   closed = adx.make_jaxpr(adx.grad(f))(1., 2.)
   assert "jvp=sinmul_jvp" in viz.svg_html(viz.jaxpr_graph(closed))
+  for kind in ("custom_jvp", "custom_vjp"):
+    g = viz.custom_call_graph(kind)
+    assert f"{kind}_call equation" in g.name and "jvp: " in g.name
+  assert "raises" in viz.svg_html(viz.custom_call_graph("custom_vjp"))
+
+
+def test_bind_tree_merges_neighbouring_leaves():
+  with viz.record() as rec:
+    adx.jvp(lambda x: anp.sin(x) * x, (1.,), (1.,))
+  g = viz.bind_tree(rec)
+  svg = viz.svg_html(g)
+  assert "sin by JVPTrace (level 1)" in g.name
+  assert "sin, cos, mul" in svg   # the JVP rule of sin, as one box
