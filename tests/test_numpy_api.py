@@ -366,6 +366,8 @@ def test_unclear_errors_are_clear():
 X = np.linspace(-1.5, 2., 12).reshape(3, 4)
 FUNCS = {
     "where": (lambda x: anp.where(x > 0, x, 2. * x), lambda x: jnp.where(x > 0, x, 2. * x)),
+    "where with a scalar": (lambda x: anp.where(x > 0, x, 0.) + anp.where(x[0, 0] > 0, 1., x),
+                            lambda x: jnp.where(x > 0, x, 0.) + jnp.where(x[0, 0] > 0, 1., x)),
     "clip": (lambda x: anp.clip(x, -1., 1.), lambda x: jnp.clip(x, -1., 1.)),
     "sign*x": (lambda x: anp.sign(x) * x, lambda x: jnp.sign(x) * x),
     "rsqrt": (lambda x: lax.rsqrt(x * x + 1.), lambda x: jax.lax.rsqrt(x * x + 1.)),

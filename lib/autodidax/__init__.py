@@ -21,10 +21,12 @@ for _name in ("cond", "switch", "while_loop", "fori_loop", "scan", "select_n", "
   setattr(lax, _name, getattr(control_flow, _name))
 
 from . import dtypes, nn  # noqa: F401,E402
+from . import custom_derivatives  # noqa: E402
+from .custom_derivatives import custom_jvp, custom_vjp  # noqa: E402,F401
 
 __all__ = ["jvp", "vmap", "jacfwd", "jacrev", "hessian", "make_jaxpr", "jit", "Array",
            "linearize", "vjp", "grad", "value_and_grad", "lax", "numpy", "nn", "tree_util",
-           "Primitive"]
+           "Primitive", "custom_jvp", "custom_vjp"]
 
 
 def __getattr__(name):   # a JAX name that autodidax leaves out: say so

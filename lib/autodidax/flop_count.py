@@ -79,6 +79,11 @@ for _p in (lax.broadcast_p, lax.reshape_p, lax.transpose_p, lax.convert_element_
   flops_rules[_p] = lambda avals_in, avals_out, **_: 0
 
 
+# Higher-order primitives defined in other modules (custom_derivatives) that
+# run one sub-jaxpr on their operands: `rule(**params) -> that ClosedJaxpr`.
+flops_call_rules: dict = {}
+
+
 def _eval_flops(jaxpr: Jaxpr, args, counts: FlopCount) -> list:
   """Evaluate `jaxpr` on concrete `args`, adding every equation's cost. A
   higher-order primitive's cost is its sub-jaxprs' costs, counted by running
@@ -120,6 +125,8 @@ def _flops_eqn(eqn, ins, counts) -> list:
                       np.zeros((0, *a.shape), a.dtype) for k, a in enumerate(y_avals)]]
   if "jaxpr" in params and isinstance(params["jaxpr"], Jaxpr):   # xla_call (jit)
     return _eval_flops(params["jaxpr"], ins, counts)
+  if p in flops_call_rules:   # a call defined elsewhere: count the jaxpr it runs
+    return _eval_flops(flops_call_rules[p](**params).jaxpr, ins, counts)
   rule = flops_rules.get(p)
   if rule is None:
     raise NotImplementedError(f"FLOPS rule for '{p.name}' not implemented: add one to "

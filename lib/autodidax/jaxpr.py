@@ -270,11 +270,23 @@ def has_jaxpr(v) -> bool:
       isinstance(v, tuple) and any(isinstance(e, (Jaxpr, ClosedJaxpr)) for e in v))
 
 
+# A primitive whose parameters print otherwise than sorted by name (a rule
+# shown by its name, a parameter hidden) registers `rule(params) -> [(name,
+# value), ...]` here; JAX's core.pp_eqn_rules plays this part.
+pp_params_rules: dict = {}
+
+
+def eqn_params(eqn: JaxprEqn) -> list:
+  """The parameters of `eqn` as printed: (name, value) pairs, in order."""
+  rule = pp_params_rules.get(eqn.primitive)
+  return rule(eqn.params) if rule is not None else sorted(eqn.params.items())
+
+
 def pp_eqn(eqn: JaxprEqn, names: VarNames, indent: int = 4) -> str:
   """One equation. Params holding jaxprs go one per line, as JAX prints them."""
   lhs = " ".join(f"{names[v]}:{v.aval.str_short()}" for v in eqn.out_binders)
   args = " ".join(_pp_atom(x, names) for x in eqn.inputs)
-  items = sorted(eqn.params.items())
+  items = eqn_params(eqn)
   if any(has_jaxpr(v) for _, v in items):
     pad = " " * (indent + 2)
     lines = "\n".join(f"{pad}{k}={pp_param(v, names, indent + 2)}" for k, v in items)

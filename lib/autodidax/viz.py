@@ -297,6 +297,63 @@ def _event_line(e: core.BindEvent) -> str:
           f"  → {e.main.trace_type.__name__}@{e.main.level}")
 
 
+def _wrapped(text: str, width: int) -> str:
+  """`text` (comma-separated) as escaped lines of about `width` characters."""
+  lines, line = [], ""
+  for word in text.split(" "):
+    if line and len(line) + 1 + len(word) > width:
+      lines.append(line)
+      line = word
+    else:
+      line = f"{line} {word}" if line else word
+  return "<br/>".join(html.escape(l) for l in lines + [line])
+
+
+def bind_tree(rec, title: str | None = None, max_binds: int = 60):
+  """The binds of a `record()` as a tree, read left to right and top to
+  bottom: each bind points to the binds made while it ran (a rule's own
+  binds, a jaxpr's equations), and is coloured by the interpreter that
+  handled it. Neighbouring binds that made none and were handled by the same
+  interpreter share one box (`mul, add`)."""
+  events = rec.events[:max_binds]
+  parents, open_at = [], {}   # open_at[depth]: the last bind seen at that depth
+  for i, e in enumerate(events):
+    parents.append(open_at.get(e.depth - 1))
+    open_at[e.depth] = i
+  leaf = [i not in parents for i in range(len(events))]
+  boxes: list = []   # [first event, [event indices]], in order
+  for i, e in enumerate(events):
+    last = boxes[-1][1] if boxes else None
+    if (last and leaf[i] and leaf[last[-1]] and parents[last[-1]] == parents[i]
+        and events[last[-1]].main is e.main):
+      last.append(i)
+    else:
+      boxes.append([i, [i]])
+  box_of = {i: b for b, (_, members) in enumerate(boxes) for i in members}
+  where = lambda e: f"{e.main.trace_type.__name__} (level {e.main.level})"
+  names = lambda members: ", ".join(events[i].prim.name for i in members)
+  tops = [f"{names(m)} by {where(events[i])}" for i, m in boxes if parents[i] is None]
+  alt = (f"The binds as a tree, each pointing to the binds it made: "
+         f"{_clip('; '.join(tops), 160)}")
+  g = _digraph(_titled(title, alt), rankdir="LR", nodesep="0.1", ranksep="0.3",
+               ordering="out")
+  if title:
+    g.attr(label=title, labelloc="t")
+  g.node("start", "", shape="point", style="invis", width="0")
+  for b, (i, members) in enumerate(boxes):
+    e = events[i]
+    label = (f"<<b>{_wrapped(names(members), 26)}</b><br/>"
+             f"<font point-size='9'>{where(e)}</font>>")
+    g.node(f"b{b}", label, shape="box", style="rounded,filled",
+           fillcolor=_color(e.main.trace_type))
+    parent = parents[i]
+    g.edge("start" if parent is None else f"b{box_of[parent]}", f"b{b}",
+           style="invis" if parent is None else "solid")
+  if len(rec.events) > max_binds:
+    g.node("more", f"... {len(rec.events) - max_binds} more binds", shape="plaintext")
+  return g
+
+
 @contextmanager
 def record():
   """Record every bind made inside the block (nesting depth included)."""
@@ -309,9 +366,9 @@ def record():
 
 def _eqn_label(eqn, names, var_label) -> str:
   """An equation's node: the primitive, its literals, short params, outputs."""
-  from .jaxpr import Lit, fmt_literal, has_jaxpr, pp_param
+  from .jaxpr import Lit, eqn_params, fmt_literal, has_jaxpr, pp_param
   lits = [fmt_literal(x.val) for x in eqn.inputs if isinstance(x, Lit)]
-  params = ", ".join(f"{k}={pp_param(v, names, 0)}" for k, v in sorted(eqn.params.items())
+  params = ", ".join(f"{k}={pp_param(v, names, 0)}" for k, v in eqn_params(eqn)
                      if not has_jaxpr(v))
   label = f"<<b>{html.escape(eqn.primitive.name)}</b>"
   if lits:
@@ -745,6 +802,44 @@ def rules_graph(prim, title: str | None = None):
            fillcolor="#cfe2ff" if ok else "#f8d7da")
     for r in rules:
       g.edge(f"t_{t}", f"r_{r}", style="solid" if prim in tables[r] else "dashed")
+  return g
+
+
+# What each transformation runs of a custom function's equation (custom_derivatives.py).
+CUSTOM_CALL_USES = {
+    "custom_jvp": {"evaluation": ["body"], "jit": ["body"], "vmap": ["body", "rule"],
+                   "jvp": ["rule"], "linearize": ["rule"], "grad, vjp": ["rule"]},
+    "custom_vjp": {"evaluation": ["body"], "jit": ["body"], "vmap": ["body", "fwd", "bwd"],
+                   "jvp": ["fwd"], "linearize": ["fwd"], "grad, vjp": ["fwd", "bwd"]},
+}
+
+
+def custom_call_graph(kind: str = "custom_jvp", title: str | None = None):
+  """Transformations on the left; on the right, the parts of a `custom_jvp_call`
+  (body, rule) or a `custom_vjp_call` (body, fwd, bwd) equation that each one
+  runs (vmap batches them all). For custom_vjp, jvp's tangents can't be
+  computed: it runs fwd, then fails."""
+  uses = CUSTOM_CALL_USES[kind]
+  parts = {"body": "the body<br/><font point-size='9'>call_jaxpr</font>",
+           "rule": "the rule<br/><font point-size='9'>jvp</font>",
+           "fwd": "fwd<br/><font point-size='9'>output, residuals</font>",
+           "bwd": "bwd<br/><font point-size='9'>cotangents</font>"}
+  alt = (f"What each transformation runs of a {kind}_call equation: "
+         + "; ".join(f"{t}: {' and '.join(p)}" for t, p in uses.items()))
+  g = _digraph(_titled(title, alt), rankdir="LR", nodesep="0.12", ranksep="0.9")
+  if title:
+    g.attr(label=title, labelloc="t")
+  for t in uses:
+    failing = kind == "custom_vjp" and t == "jvp"
+    label = f"<{t}<br/><font point-size='9'>raises</font>>" if failing else t
+    g.node(f"t_{t}", label, shape="box", style="filled",
+           fillcolor="#f8d7da" if failing else "#cfe2ff")
+  for part in dict.fromkeys(p for ps in uses.values() for p in ps):
+    g.node(f"p_{part}", f"<{parts[part]}>", shape="box", style="rounded,filled",
+           fillcolor="#e8e8e8" if part == "body" else "#d4edda")
+  for t, ps in uses.items():
+    for part in ps:
+      g.edge(f"t_{t}", f"p_{part}", style="dashed" if t == "vmap" else "solid")
   return g
 
 
