@@ -667,7 +667,7 @@ def remat_graph(f, *args, policy=None, title: str | None = None):
   recomputed = [e for e in staged.eqns if fate[id(e), "bwd"] == "recomputed"]
   names = VarNames()
   var_label = lambda v: f"{names[v]}:{v.aval.str_short()}"
-  pname = _policy_name(policy)
+  pname = policy_name(policy)
   alt = (f"Reverse mode of checkpoint with policy {pname}: the forward pass runs "
          f"{len(known.eqns)} equations and saves {num_res} values ("
          f"{', '.join(v.aval.str_short() for v in residuals) or 'none'}); the backward "
@@ -730,7 +730,7 @@ def remat_graph(f, *args, policy=None, title: str | None = None):
   return g
 
 
-def _policy_name(policy) -> str:
+def policy_name(policy) -> str:
   """A policy as the user would write it: `dots_saveable`, `save_only_these_names('h')`."""
   from . import ad_checkpoint as ac
   if policy is None:
@@ -744,8 +744,8 @@ def _policy_name(policy) -> str:
     names = policy.saveable_names if isinstance(policy, ac.SaveOnlyTheseNames) else policy.names
     return f"{maker}({', '.join(map(repr, sorted(names)))})"
   if isinstance(policy, ac.SaveFromBothPolicies):
-    return (f"save_from_both_policies({_policy_name(policy.policy_1)}, "
-            f"{_policy_name(policy.policy_2)})")
+    return (f"save_from_both_policies({policy_name(policy.policy_1)}, "
+            f"{policy_name(policy.policy_2)})")
   return getattr(policy, "__qualname__", None) or repr(policy)
 
 
