@@ -3,9 +3,11 @@ every transformation and inside scan, random programs (hypothesis), the
 residuals print_saved_residuals lists, the optimization barrier in the
 lowering, the memory XLA assigns, and the rules of `remat` and `name`."""
 import contextlib
+import inspect
 import io
 import math
 import re
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -264,6 +266,12 @@ def wiggle(x, np_=anp):
 def block(x, w, np_=anp, name=checkpoint_name):
   z = name(x @ w, "z")
   return x + np_.sin(z) * np_.cos(z)
+
+
+def test_these_are_the_chapters_examples():
+  chapter = (Path(__file__).resolve().parents[1] / "book" / "remat.md").read_text()
+  for f in (two_layers, wiggle, block):
+    assert inspect.getsource(f) in chapter, f.__name__
 
 
 def saved_lines(printer, f, *args) -> list[str]:
