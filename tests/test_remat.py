@@ -476,3 +476,24 @@ def test_policies_answer_as_jax_policies_do():
     for nm in ("h", "g", "other"):
       from jax._src.ad_checkpoint import name_p as jax_name_p
       assert bool(ours(name_p, avals[0], name=nm)) == bool(theirs(jax_name_p, avals[0], name=nm))
+
+
+# --- The pictures ---------------------------------------------------------------------------
+
+def test_remat_graph_marks_saved_and_recomputed_equations():
+  from autodidax import viz
+  x, w = np.ones((2, 3), np.float32), np.ones((3, 3), np.float32)
+  everything = viz.remat_graph(_loss, x, w, policy=P.everything_saveable)
+  nothing = viz.remat_graph(_loss, x, w)
+  dots = viz.remat_graph(_loss, x, w, policy=P.dots_saveable)
+  assert "recomputes 0 equations" in everything.name
+  assert "saves 2 values" in nothing.name and "nothing_saveable" in nothing.name
+  assert "dots_saveable" in dots.name and "saves 3 values" in dots.name
+  svg = nothing.pipe(format="svg").decode()
+  assert svg.count(">recomputed<") >= 3
+  assert svg.count(">saved<") == 2   # the two inputs, and no equation
+  svg = everything.pipe(format="svg").decode()
+  assert ">recomputed<" not in svg and svg.count(">saved<") > 2
+  assert viz.policy_name(P.save_only_these_names("b", "a")) == "save_only_these_names('a', 'b')"
+  assert viz.policy_name(P.save_from_both_policies(P.dots_saveable, P.nothing_saveable)) == \
+      "save_from_both_policies(dots_saveable, nothing_saveable)"
