@@ -680,9 +680,13 @@ def remat_graph(f, *args, policy=None, title: str | None = None):
          labelloc="t")
   fwd, bwd = {}, {}   # Var -> node id, in each pass
 
-  def eqn_node(sg, node, e, kind):
+  def eqn_node(sg, node, e, kind):   # short labels: the primitive, a name, the fate
     fill, style, word = REMAT_STYLES[kind]
-    label = _eqn_label(e, names, var_label)[:-1] + f'<br/><i>{word}</i>>'
+    prim = e.primitive.name + (f" {e.params['name']}" if "name" in e.params
+                               and isinstance(e.params["name"], str) else "")
+    outs = ", ".join(var_label(v) for v in e.out_binders)
+    label = (f'<<b>{html.escape(prim)}</b><br/><font point-size="9" color="#555555">'
+             f'{html.escape(outs)}</font><br/><i>{word}</i>>')
     sg.node(node, label, shape="box", style=f"rounded,{style}", fillcolor=fill,
             penwidth="2.5" if kind == "saved" else "1")
 
