@@ -16,11 +16,12 @@ unknown part (the backward pass, after transposition) recomputes the rest.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
+import inspect
 import sys
 import types
-import contextlib
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -28,7 +29,7 @@ import numpy as np
 
 from . import ad, batching, core, lax, lowering
 from . import partial_eval as pe
-from .api import shaped_abstractify, split_static
+from .api import linearize_flat, shaped_abstractify, split_static
 from .control_flow.common import (at_axis0, batch_jaxpr, jvp_jaxpr,
                                   trace_flat)
 from .core import (ConcretizationError, Primitive, abstract_eval_rules,
@@ -419,8 +420,6 @@ flops_rules[name_p] = lambda avals_in, avals_out, **_: 0
 def saved_residuals(f, *args) -> list[tuple]:
   """[(aval, where it comes from)] for each residual that reverse mode of
   `f(*args)` saves, as jax.ad_checkpoint.saved_residuals."""
-  from .api import linearize_flat
-  from .partial_eval import trace_to_jaxpr_dynamic
   args_flat, in_tree = tree_flatten(args)
   names = _arg_names(f, args, in_tree)
 
@@ -430,7 +429,7 @@ def saved_residuals(f, *args) -> list[tuple]:
 
   avals = [shaped_abstractify(x) for x in args_flat]
   with _recording_sources() as sources:
-    jaxpr, _ = trace_to_jaxpr_dynamic(residuals_of, avals)
+    jaxpr, _ = pe.trace_to_jaxpr_dynamic(residuals_of, avals)
     sources.flush()
   return _describe_residuals(jaxpr, names, sources)
 
@@ -468,7 +467,6 @@ def _describe_residuals(jaxpr, names, sources) -> list[tuple]:
 
 def _arg_names(f, args, in_tree) -> list[str]:
   """`x`, `params[0]['w']`, ...: each leaf's argument name and its path."""
-  import inspect
   try:
     params = list(inspect.signature(f).parameters.values())
   except (TypeError, ValueError):
@@ -476,7 +474,7 @@ def _arg_names(f, args, in_tree) -> list[str]:
   names = []
   positional = (inspect.Parameter.POSITIONAL_ONLY,
                 inspect.Parameter.POSITIONAL_OR_KEYWORD)
-  for i, (arg, tree) in enumerate(zip(args, in_tree.children)):
+  for i, tree in enumerate(in_tree.children):
     if i < len(params) and params[i].kind in positional:
       base = params[i].name
     elif params and params[-1].kind is params[-1].VAR_POSITIONAL:
@@ -518,9 +516,8 @@ class _Sources:
     self.pending.append((event, src))
 
   def flush(self):
-    from .partial_eval import DynamicJaxprTrace
     for event, src in self.pending:
-      staged = event.main.trace_type is DynamicJaxprTrace
+      staged = event.main.trace_type is pe.DynamicJaxprTrace
       if staged and event.outs is not None:
         atoms = event.main.global_data.atoms
         for out in event.outs:
@@ -533,7 +530,7 @@ class _Sources:
     return self.by_var.get(var, default)
 
   def _source(self) -> str:
-    frame = sys._getframe(3)
+    frame = sys._getframe(3)   # above _source, observe and observed_bind
     while frame is not None:
       filename = str(Path(frame.f_code.co_filename).resolve())
       if not filename.startswith((_LIBRARY, _STDLIB)):
