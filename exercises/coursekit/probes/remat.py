@@ -134,7 +134,7 @@ def probe_R_2(p, weights_products, either):
             type(got) is bool and got)
     got = p.call(f"the combination of three on {what}", trio, prim, *avals, **params)
     p.value(f"either(mul_only, ...) on {what}: True or False", got if type(got) is bool
-            else f"a {type(got).__name__}")
+            else f"not a bool but {got!r}, of type {type(got).__name__}")
 
   x, w = p.rng.normal(size=(4, 3)), p.rng.normal(size=(3, 3)) / 2
   v = p.rng.normal(size=(4, 3, 3)) / 2
