@@ -21,12 +21,14 @@ for _name in ("cond", "switch", "while_loop", "fori_loop", "scan", "select_n", "
   setattr(lax, _name, getattr(control_flow, _name))
 
 from . import dtypes, nn  # noqa: F401,E402
-from . import custom_derivatives  # noqa: E402
+from . import ad_checkpoint, custom_derivatives  # noqa: E402
+from .ad_checkpoint import checkpoint, checkpoint_policies, remat  # noqa: E402,F401
 from .custom_derivatives import custom_jvp, custom_vjp  # noqa: E402,F401
 
 __all__ = ["jvp", "vmap", "jacfwd", "jacrev", "hessian", "make_jaxpr", "jit", "Array",
            "linearize", "vjp", "grad", "value_and_grad", "lax", "numpy", "nn", "tree_util",
-           "Primitive", "custom_jvp", "custom_vjp"]
+           "Primitive", "custom_jvp", "custom_vjp", "checkpoint", "remat",
+           "checkpoint_policies", "ad_checkpoint"]
 
 
 def __getattr__(name):   # a JAX name that autodidax leaves out: say so

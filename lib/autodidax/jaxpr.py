@@ -9,6 +9,7 @@ with `bind` (so evaluating a jaxpr is itself traceable), and the printer.
 from __future__ import annotations
 
 import itertools
+import types
 from typing import NamedTuple
 
 import numpy as np
@@ -254,6 +255,8 @@ def pp_param(v, names: "VarNames", indent: int) -> str:
     return v.name
   if isinstance(v, str):
     return v
+  if isinstance(v, types.FunctionType):   # e.g. a checkpoint policy: its name,
+    return v.__qualname__                 # not an address that changes each run
   if isinstance(v, (Jaxpr, ClosedJaxpr)):
     inner = v.jaxpr if isinstance(v, ClosedJaxpr) else v
     return pp_jaxpr(inner, indent=indent, names=names)

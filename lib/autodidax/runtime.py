@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import os
+from typing import NamedTuple
 
 import numpy as np
 
@@ -130,6 +131,26 @@ class Executable:
   def cost_analysis(self) -> dict:
     costs = self._loaded.cost_analysis()
     return dict(costs[0] if isinstance(costs, (list, tuple)) else costs)
+
+  def memory_analysis(self) -> "MemoryStats":
+    """The sizes, in bytes, of the buffers XLA assigned when it compiled."""
+    stats = self._loaded.get_compiled_memory_stats()
+    return MemoryStats(*(getattr(stats, f) for f in MemoryStats._fields))
+
+
+class MemoryStats(NamedTuple):
+  """What `compiled.memory_analysis()` reports, as in JAX. `temp` holds the
+  intermediate values, residuals included; `peak` bounds what is live at once."""
+  argument_size_in_bytes: int
+  output_size_in_bytes: int
+  alias_size_in_bytes: int
+  temp_size_in_bytes: int
+  generated_code_size_in_bytes: int
+
+  @property
+  def peak_bytes(self) -> int:
+    return (self.argument_size_in_bytes + self.output_size_in_bytes
+            - self.alias_size_in_bytes + self.temp_size_in_bytes)
 
 
 def compile(stablehlo_text: str, platform: str | None = None) -> Executable:

@@ -396,6 +396,10 @@ class Compiled:
   def cost_analysis(self) -> dict:
     return self._exe.cost_analysis()
 
+  def memory_analysis(self):
+    """XLA's buffer sizes for this program (runtime.MemoryStats)."""
+    return self._exe.memory_analysis()
+
   def __call__(self, *args):
     """Run the compiled program. Unlike `jit`, it never retraces, so the
     arguments must have exactly the types it was compiled for."""

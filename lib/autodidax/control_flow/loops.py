@@ -590,12 +590,16 @@ def _scan_split(jaxpr: Jaxpr, nc, ncar, unknowns):
   uk = consts_uk + carry_uk + xs_uk
   j1, j2, out_uk, nr = pe.partial_eval_jaxpr(jaxpr, uk, carry_uk + [False] * n_ys)
   known_consts = [v for v, u in zip(jaxpr.invars[:nc], consts_uk) if not u]
+  known_xs = [v for v, u in zip(jaxpr.invars[nc + ncar:], xs_uk) if not u]
   n_known_out = len(out_uk) - sum(out_uk)
   res = j1.outvars[n_known_out:]
   is_const_res = [type(r) is Var and r in known_consts for r in res]
-  # Known body: drop the loop-invariant residuals (they are consts, passed as is).
-  j1 = Jaxpr([], j1.invars, j1.eqns,
-             j1.outvars[:n_known_out] + [r for r, c in zip(res, is_const_res) if not c])
+  # Known body: drop the loop-invariant residuals (they are consts, passed as
+  # is) and the residuals that are known xs (already stacked: passed as is).
+  xs_res_idx = [known_xs.index(r) if type(r) is Var and r in known_xs else None
+                for r, c in zip(res, is_const_res) if not c]
+  j1 = Jaxpr([], j1.invars, j1.eqns, j1.outvars[:n_known_out] + [
+      r for r, c in zip(res, is_const_res) if not c and not (type(r) is Var and r in known_xs)])
   res2 = j2.invars[:nr]
   ins2 = j2.invars[nr:]
   n_uk_consts, n_uk_carry = sum(consts_uk), sum(carry_uk)
@@ -605,7 +609,14 @@ def _scan_split(jaxpr: Jaxpr, nc, ncar, unknowns):
              + ins2[n_uk_consts + n_uk_carry:], j2.eqns, j2.outvars)
   const_res_idx = [known_consts.index(r) for r, c in zip(res, is_const_res) if c]
   stacked_avals = [r.aval for r, c in zip(res, is_const_res) if not c]
-  return j1, j2, carry_uk, out_uk, const_res_idx, stacked_avals
+  return j1, j2, carry_uk, out_uk, const_res_idx, stacked_avals, xs_res_idx
+
+
+def _stacked_residuals(computed, known_xs, xs_res_idx) -> list:
+  """The unknown scan's per-iteration residuals: each one the known scan
+  computed, or a known xs operand (`xs_res_idx`: its index, else None)."""
+  computed = iter(computed)
+  return [next(computed) if i is None else known_xs[i] for i in xs_res_idx]
 
 
 def _scan_params(j, nconsts, ncarry, length, reverse):
@@ -613,21 +624,22 @@ def _scan_params(j, nconsts, ncarry, length, reverse):
               reverse=reverse)
 
 
-
-
 def _scan_partial_eval_jaxpr(unks_in, eqn):
   p = eqn.params
   nc, ncar, length, reverse = p["num_consts"], p["num_carry"], p["length"], p["reverse"]
-  j1, j2, carry_uk, out_uk, const_res_idx, stacked_avals = _scan_split(
+  j1, j2, carry_uk, out_uk, const_res_idx, stacked_avals, xs_res_idx = _scan_split(
       p["jaxpr"].jaxpr, nc, ncar, list(unks_in))
   uk = list(unks_in[:nc]) + carry_uk + list(unks_in[nc + ncar:])
   ins = eqn.inputs
   ins1 = [x for x, u in zip(ins, uk) if not u]
   nkc, nkcar = nc - sum(unks_in[:nc]), ncar - sum(carry_uk)
-  stacked = [Var(ShapedArray((length, *a.shape), a.dtype, a.weak_type)) for a in stacked_avals]
+  computed = [Var(ShapedArray((length, *a.shape), a.dtype, a.weak_type))
+              for a, i in zip(stacked_avals, xs_res_idx) if i is None]
+  known_xs = [x for x, u in zip(ins[nc + ncar:], unks_in[nc + ncar:]) if not u]
+  stacked = _stacked_residuals(computed, known_xs, xs_res_idx)
   outs1 = [v for v, u in zip(eqn.out_binders, out_uk) if not u]
   eqn1 = JaxprEqn(scan_p, ins1, _scan_params(j1, nkc, nkcar, length, reverse),
-                  outs1 + stacked)
+                  outs1 + computed)
   known_consts = [x for x, u in zip(ins[:nc], unks_in[:nc]) if not u]
   const_res = [known_consts[i] for i in const_res_idx]
   uk_consts = [x for x, u in zip(ins[:nc], unks_in[:nc]) if u]
@@ -638,7 +650,7 @@ def _scan_partial_eval_jaxpr(unks_in, eqn):
   eqn2 = JaxprEqn(scan_p, ins2, _scan_params(j2, len(const_res) + len(uk_consts), len(uk_carry),
                                              length, reverse), outs2)
   # Known carries forced unknown enter the unknown scan as residuals too.
-  res = stacked + [x for x in const_res + uk_carry if type(x) is Var]
+  res = [x for x in stacked + const_res + uk_carry if type(x) is Var]
   return eqn1, eqn2, out_uk, res
 
 

@@ -1,0 +1,237 @@
+"""Probes of the exercises of "Rematerialization".
+
+Each probe runs the learner's answer on inputs from `p.rng` and records what
+comes out; the reference solution's records at the same seed decide.
+"""
+import math
+
+import numpy as np
+
+import autodidax as adx
+import autodidax.numpy as anp
+from autodidax import ad_checkpoint, lax
+from autodidax.ad_checkpoint import checkpoint_name, name_p
+from autodidax.core import ShapedArray
+
+from ..probe import probe
+
+P = adx.checkpoint_policies
+F32, F64 = np.dtype("float32"), np.dtype("float64")
+
+
+def _residual_count(f, *args):
+  """How many values reverse mode of `f` saves (the linear jaxpr's constants)."""
+  return len(adx.linearize(f, *args)[1].jaxpr.consts)
+
+
+# --- R.1: the split that follows a policy -------------------------------------------------
+
+def _mlp(x, w, v):
+  h = checkpoint_name(anp.tanh(x @ w), "h")
+  return anp.sum(anp.sin(h @ v) * h[:, :2])
+
+
+def _with_jit(x, w, v):          # a jitted piece inside: split_eqn splits it
+  inner = adx.jit(lambda x, w: anp.exp(anp.sin(x @ w)))
+  return anp.sum(inner(x, w) @ v)
+
+
+def _chain(x, w, v):
+  for _ in range(3):
+    x = anp.cos(x @ w) * x
+  return anp.sum(x @ v)
+
+
+@probe("R.1", answers=("split_by_policy",),
+       removes={"autodidax.ad_checkpoint:split_by_policy": "split_by_policy"})
+def probe_R_1(p, split_by_policy):
+  x, w = p.rng.normal(size=(3, 4)), p.rng.normal(size=(4, 4)) / 2
+  v = p.rng.normal(size=(4, 2))
+  policies = [("nothing_saveable", P.nothing_saveable),
+              ("everything_saveable", P.everything_saveable),
+              ("dots_saveable", P.dots_saveable),
+              ("save_only_these_names('h')", P.save_only_these_names("h"))]
+  for fname, f in [("an MLP layer", _mlp), ("a chain of three layers", _chain)]:
+    n = 3
+    jvp = adx.make_jaxpr(lambda *a: adx.jvp(f, a[:n], a[n:]))(x, w, v, x, w, v).jaxpr
+    for pname, policy in policies:
+      what = f"split_by_policy of the JVP of {fname}, policy {pname}"
+      out = p.call(what, split_by_policy, jvp, [False] * n + [True] * n, policy)
+      ok = isinstance(out, (tuple, list)) and len(out) == 3
+      p.value(f"{what}: returns three things", ok)
+      if not ok:
+        return
+      known, staged, out_uk = out
+      p.value(f"{what}: the primitives that run now",
+              sorted(e.primitive.name for e in known))
+      p.value(f"{what}: the primitives staged",
+              sorted(e.primitive.name for e in staged))
+      p.value(f"{what}: which outputs are unknown", list(out_uk))
+  jaxpr = adx.make_jaxpr(lambda a, b: (a * 2., b, 3., anp.sin(a) + b))(1., 2.).jaxpr
+  p.value("split_by_policy with a literal output and an input as an output",
+          p.call("split_by_policy with literals", split_by_policy, jaxpr, [False, True],
+                 P.nothing_saveable)[2])
+  for pname, policy in policies:
+    for fname, f in [("an MLP layer", _mlp), ("a chain of three layers", _chain),
+                     ("a jitted piece inside", _with_jit)]:
+      ck = adx.checkpoint(f, policy=policy)
+      p.value(f"grad of checkpoint({fname}), policy {pname}",
+              p.call(f"grad of checkpoint({fname})", adx.grad(ck, (0, 1, 2)), x, w, v))
+      p.value(f"residuals saved by checkpoint({fname}), policy {pname}",
+              p.call(f"linearize of checkpoint({fname})", _residual_count, ck, x, w, v))
+  xs = p.rng.normal(size=(4, 3, 4))
+
+  def scanned(xs, w):
+    body = adx.checkpoint(lambda c, x: (c + _mlp(x, w, v), anp.sum(x)),
+                          policy=P.dots_saveable)
+    return lax.scan(body, 0., xs)[0]
+  p.value("jit(grad) of scan(checkpoint(body))",
+          p.call("jit(grad) of a scan of a checkpointed body",
+                 adx.jit(adx.grad(scanned, (0, 1))), xs, w))
+
+
+# --- R.2: a policy, and two of them ---------------------------------------------------------
+
+def _dot_cases():
+  f = lambda *shape: ShapedArray(shape, F32)
+  return [  # (what, avals, dimension_numbers)
+      ("a matrix product", (f(2, 3), f(3, 4)), (((1,), (0,)), ((), ()))),
+      ("a matrix-vector product", (f(2, 3), f(3)), (((1,), (0,)), ((), ()))),
+      ("a batched matrix product", (f(5, 2, 3), f(5, 3, 4)), (((2,), (1,)), ((0,), (0,)))),
+      ("an outer product", (f(2), f(3)), (((), ()), ((), ()))),
+      ("a product batched on the left only", (f(5, 2, 3), f(5, 3)),
+       (((2,), (1,)), ((0,), (0,)))),
+  ]
+
+
+@probe("R.2", answers=("weights_products", "either"),
+       removes={"autodidax.ad_checkpoint:DotsSaveable.__call__": None,
+                "autodidax.ad_checkpoint:SaveFromBothPolicies.__call__": None})
+def probe_R_2(p, weights_products, either):
+  for what, avals, dn in _dot_cases():
+    p.value(f"weights_products of {what}",
+            p.call(f"weights_products of {what}", weights_products, lax.dot_general_p, *avals,
+                   dimension_numbers=dn))
+  a = ShapedArray((3,), F64)
+  for prim, params in [(lax.sin_p, {}), (lax.mul_p, {}), (lax.reduce_sum_p, {"axes": (0,)}),
+                       (name_p, {"name": "h"})]:
+    p.value(f"weights_products of {prim.name}",
+            p.call(f"weights_products of {prim.name}", weights_products, prim, a, **params))
+  names = lambda *ns: (lambda prim, *avals, **params: prim is name_p and params["name"] in ns)
+  mul_only = lambda prim, *avals, **params: 1 if prim is lax.mul_p else 0   # truthy ints
+  both = p.call("either(weights_products, a policy saving names)", either, weights_products,
+                names("h", "g"))
+  trio = p.call("either(mul_only, either(...))", either, mul_only, both)
+  dots = _dot_cases()
+  cases = [(dots[0][0], lax.dot_general_p, dots[0][1], {"dimension_numbers": dots[0][2]}),
+           (dots[2][0], lax.dot_general_p, dots[2][1], {"dimension_numbers": dots[2][2]}),
+           ("a value named h", name_p, (a,), {"name": "h"}),
+           ("a value named z", name_p, (a,), {"name": "z"}),
+           ("mul", lax.mul_p, (a, a), {}), ("sin", lax.sin_p, (a,), {})]
+  for what, prim, avals, params in cases:
+    got = p.call(f"the combined policy on {what}", both, prim, *avals, **params)
+    p.value(f"either(weights_products, names h and g) on {what}: a bool",
+            type(got) is bool and got)
+    got = p.call(f"the combination of three on {what}", trio, prim, *avals, **params)
+    p.value(f"either(mul_only, ...) on {what}: True or False", got if type(got) is bool
+            else f"not a bool but {got!r}, of type {type(got).__name__}")
+
+  x, w = p.rng.normal(size=(4, 3)), p.rng.normal(size=(3, 3)) / 2
+  v = p.rng.normal(size=(4, 3, 3)) / 2
+
+  def model(x, w, v):
+    h = checkpoint_name(anp.sin(x @ w), "h")
+    g = anp.reshape(anp.reshape(h, (4, 1, 3)) @ v, (4, 3))   # batched
+    return anp.sum(anp.tanh(g) * h)
+
+  for what, policy in [("weights_products", weights_products), ("either", both),
+                       ("either of three", trio)]:
+    ck = adx.checkpoint(model, policy=policy)
+    p.value(f"grad of checkpoint(model, {what})",
+            p.call(f"grad with {what}", adx.grad(ck, (0, 1, 2)), x, w, v))
+    p.value(f"residuals saved with {what}",
+            p.call(f"linearize with {what}", _residual_count, ck, x, w, v))
+  p.value("jit(grad) with either",
+          p.call("jit(grad) with either", adx.jit(adx.grad(adx.checkpoint(model, policy=both))),
+                 x, w, v))
+
+
+# --- R.3: predict the saved residuals ----------------------------------------------------------
+
+QUESTIONS = ("layer", "checkpoint(layer)", "checkpoint(layer, dots_saveable)",
+             "checkpoint(squared_name, save_only_these_names('sq'))", "double_exp")
+
+
+@probe("R.3", answers=("RESIDUALS",),
+       removes={"autodidax.ad_checkpoint:saved_residuals": None,
+                "autodidax.ad_checkpoint:print_saved_residuals": None,
+                "autodidax.ad_checkpoint:_describe_residuals": None,
+                "autodidax.viz:remat_split": None,
+                "autodidax.viz:remat_graph": None})
+def probe_R_3(p, RESIDUALS):
+  p.value("RESIDUALS is a dict with the five questions as keys",
+          sorted(RESIDUALS) == sorted(QUESTIONS) if isinstance(RESIDUALS, dict) else False)
+  for q in QUESTIONS:
+    answer = RESIDUALS.get(q) if isinstance(RESIDUALS, dict) else None
+    if not isinstance(answer, (list, tuple)):
+      p.value(f"the residuals of {q}: a list", f"a {type(answer).__name__}")
+      continue
+    p.value(f"the residuals of {q}: how many", len(answer))
+    p.value(f"the residuals of {q}", [" ".join(str(a).split()) for a in answer], secret=True)
+
+
+# --- R.4: checkpoints in a scan, on a memory budget --------------------------------------------
+
+def _problem(p, n, d=16, h=64, b=256):
+  ws = ((p.rng.normal(size=(n, d, h)) / 4).astype(F32),
+        (p.rng.normal(size=(n, h, d)) / 8 / n).astype(F32))
+  return ws, p.rng.normal(size=(b, d)).astype(F32)
+
+
+def _temp(loss, ws, x) -> int:
+  compiled = adx.jit(adx.grad(loss)).lower(ws, x).compile()
+  return compiled.memory_analysis().temp_size_in_bytes
+
+
+def _plain_loss(ws, x):   # the notebook's plain_loss (the probe's own copy)
+  def layer_step(x, w):
+    return x + anp.tanh(x @ w[0]) @ w[1], None
+  x, _ = lax.scan(layer_step, x, ws)
+  return anp.sum(x * x)
+
+
+@probe("R.4", answers=("budget_loss",))
+def probe_R_4(p, budget_loss):
+  plain_loss = _plain_loss
+  for n in (4, 9, 16):
+    ws, x = _problem(p, n)
+    p.value(f"{n} layers: the loss", p.call(f"budget_loss with {n} layers",
+                                            budget_loss, ws, x), rtol=1e-4, atol=1e-4)
+    grads = p.call(f"grad of budget_loss, {n} layers", adx.jit(adx.grad(budget_loss)), ws, x)
+    p.value(f"{n} layers: the gradient", grads, rtol=2e-4, atol=1e-5)
+    mine = p.call(f"compiling jit(grad(budget_loss)), {n} layers", _temp, budget_loss, ws, x)
+    plain = _temp(plain_loss, ws, x)
+    p.value(f"{n} layers: temp memory at most half of plain_loss's", mine * 2 <= plain)
+
+
+# --- R.5: why prevent_cse ----------------------------------------------------------------------
+
+COUNT_KEYS = ("jit(checkpoint(f))", "jit(grad(checkpoint(f)))",
+              "jit(grad(checkpoint(f, prevent_cse=False)))",
+              "jit(grad(lambda x: checkpoint(f)(checkpoint(f)(x))))")
+
+
+@probe("R.5", answers=("BARRIER",))
+def probe_R_5(p, BARRIER):
+  ok = isinstance(BARRIER, dict) and sorted(BARRIER) == ["count", "scan", "where", "without"]
+  p.value("BARRIER has the keys where, without, scan and count", ok)
+  if not ok:
+    return
+  for key in ("where", "without", "scan"):
+    p.value(f"BARRIER[{key!r}]", str(BARRIER[key]).strip().lower(), secret=True)
+  counts = BARRIER["count"]
+  ok = isinstance(counts, dict) and sorted(counts) == sorted(COUNT_KEYS)
+  p.value("BARRIER['count'] has the four programs as keys", ok)
+  if ok:
+    for key in COUNT_KEYS:
+      p.value(f"BARRIER['count'][{key!r}]", counts[key], secret=True)
