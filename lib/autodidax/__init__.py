@@ -22,6 +22,12 @@ for _name in ("cond", "switch", "while_loop", "fori_loop", "scan", "select_n", "
 
 from . import dtypes, nn  # noqa: F401,E402
 
+# Collectives over named axes (the chapter "Many devices") are in jax.lax too.
+from . import parallel  # noqa: E402
+for _name in ("psum", "pmean", "pmax", "pmin", "all_gather", "psum_scatter", "ppermute",
+              "axis_index"):
+  setattr(lax, _name, getattr(parallel, _name))
+
 __all__ = ["jvp", "vmap", "jacfwd", "jacrev", "hessian", "make_jaxpr", "jit", "Array",
            "linearize", "vjp", "grad", "value_and_grad", "lax", "numpy", "nn", "tree_util",
            "Primitive"]

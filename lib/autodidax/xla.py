@@ -12,7 +12,7 @@ import weakref
 
 import numpy as np
 
-from . import ad, batching, core, lowering, runtime
+from . import ad, batching, core, lowering, parallel, runtime
 from .core import (Primitive, ShapedArray, Tracer, abstract_eval_rules, array_types,
                    impl_rules, raise_to_shaped)
 from .api import shaped_abstractify, split_static
@@ -186,12 +186,15 @@ ad.jvp_rules[xla_call_p] = _xla_call_jvp
 
 
 @cache_by_jaxpr
-def vmap_jaxpr(jaxpr: Jaxpr, axis_size: int, bdims_in: tuple) -> tuple[Jaxpr, list]:
-  """A jaxpr for the batched computation; every output is batched along axis 0."""
+def vmap_jaxpr(jaxpr: Jaxpr, axis_size: int, bdims_in: tuple,
+               axis_name=None) -> tuple[Jaxpr, list]:
+  """A jaxpr for the batched computation; every output is batched along axis 0.
+  (`axis_name`: the batch axis's name, for collectives in `jaxpr`.)"""
   bdims = [batching.not_mapped if d is None else d for d in bdims_in]
 
   def batched(*args):
-    outs, out_dims, _ = batching.vmap_flat(lambda *xs: eval_jaxpr(jaxpr, [], *xs), bdims, *args)
+    outs, out_dims, _ = batching.vmap_flat(lambda *xs: eval_jaxpr(jaxpr, [], *xs), bdims, *args,
+                                           axis_name=axis_name, axis_size=axis_size)
     return [batching.move_batch_axis(axis_size, d, 0, x) for x, d in zip(outs, out_dims)]
 
   in_avals = [a if d is None else a.update(shape=a.shape[:d] + (axis_size,) + a.shape[d:])
@@ -208,6 +211,19 @@ def _xla_call_vmap(axis_size, vals_in, dims_in, *, jaxpr, num_consts, **params):
 
 
 batching.vmap_rules[xla_call_p] = _xla_call_vmap
+
+
+def _xla_call_vmap_named(axis_data, vals_in, dims_in, *, jaxpr, num_consts, **params):
+  """Under vmap(axis_name=...), the jaxpr is batched under the same name, so a
+  collective over it inside becomes array code (see the chapter Many devices)."""
+  dims = tuple(None if d is batching.not_mapped else d for d in dims_in)
+  new_jaxpr, new_consts = vmap_jaxpr(jaxpr, axis_data.size, dims, axis_data.name)
+  outs = xla_call_p.bind(*new_consts, *vals_in, jaxpr=new_jaxpr,
+                         num_consts=len(new_consts), **params)
+  return outs, [0] * len(outs)
+
+
+batching.axis_vmap_rules[xla_call_p] = _xla_call_vmap_named
 
 
 def closed_to_call_jaxpr(jaxpr: Jaxpr, consts) -> tuple[Jaxpr, list]:
@@ -300,7 +316,8 @@ class jit:
                       "pass tuples instead of lists or arrays") from None
     args_flat, in_tree = tree_flatten(dyn_args)
     in_avals = tuple(shaped_abstractify(x) for x in args_flat)
-    key = (in_tree, in_avals, _static_key(statics))
+    # The named axes in scope are part of the key: pmean(x, 'i') divides by 'i's size.
+    key = (in_tree, in_avals, _static_key(statics), parallel.bound_axes())
     traced = self._cache.get(key)
     if traced is None:
       flat_fun, out_tree = flatten_fun(fun_dyn, in_tree)
@@ -325,7 +342,8 @@ class jit:
       return self._call_fast(hit, args)
     traced, args_flat = self._specialize(args, kwargs)
     outs = xla_call_p.bind(*traced.consts, *args_flat, **self._params(traced))
-    if sig is not None and not any(isinstance(c, Tracer) for c in traced.consts):
+    if (sig is not None and not any(isinstance(c, Tracer) for c in traced.consts)
+        and not parallel.bound_axes()):
       self._fast[sig] = traced, {}   # next time, take the fast path
     return tree_unflatten(traced.out_tree, outs)
 
