@@ -169,6 +169,9 @@ class NamedSharding:
       coord = dict(zip(names, pos))
       index = []
       for d, size in enumerate(shard):
+        if not self.spec.axes_of(d):   # whole: slice(None), as JAX writes it
+          index.append(slice(None))
+          continue
         tile = 0
         for a in self.spec.axes_of(d):   # the first axis is major
           tile = tile * self.mesh.shape[a] + coord[a]
@@ -202,7 +205,7 @@ class SingleDeviceSharding:
     return tuple(global_shape)
 
   def devices_indices_map(self, global_shape) -> dict:
-    return {self.device: tuple(slice(0, n) for n in global_shape)}
+    return {self.device: tuple(slice(None) for _ in global_shape)}
 
   def __repr__(self):
     return f"SingleDeviceSharding(device={self.device!r})"
@@ -232,7 +235,7 @@ class ShardedArray(Array):
     if self._npy is None:   # each slice fetched once, from the first device holding it
       out, done = np.empty(self.shape, self.dtype), set()
       for buf, (dev, index) in zip(self._shards, self._indices()):
-        key = tuple((s.start, s.stop) for s in index)
+        key = _index_key(index)
         if key not in done:
           out[index] = runtime.to_numpy(buf)
           done.add(key)
@@ -248,7 +251,7 @@ class ShardedArray(Array):
     seen: dict = {}
     out = []
     for buf, (dev, index) in zip(self._shards, self._indices()):
-      key = tuple((s.start, s.stop) for s in index)
+      key = _index_key(index)
       replica = seen[key] = seen.get(key, -1) + 1
       out.append(Shard(dev, index, replica, Array(buf, shard_aval, self.platform)))
     return out
@@ -263,6 +266,10 @@ class ShardedArray(Array):
 
 
 array_types.add(ShardedArray)
+
+
+def _index_key(index) -> tuple:
+  return tuple((s.start, s.stop) for s in index)
 
 
 def single_device_sharding(x: Array) -> SingleDeviceSharding:

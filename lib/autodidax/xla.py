@@ -92,7 +92,7 @@ class Array:
   @property
   def addressable_shards(self) -> list:
     from .sharding import Shard
-    return [Shard(self.sharding.device, tuple(slice(0, n) for n in self.shape), 0, self)]
+    return [Shard(self.sharding.device, tuple(slice(None) for _ in self.shape), 0, self)]
 
 
 array_types.add(Array)
