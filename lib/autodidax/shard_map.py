@@ -343,3 +343,42 @@ def _shard_map_transpose(cts, *args, jaxpr, mesh, in_specs, out_specs):
 
 
 ad.transpose_rules[shard_map_p] = _shard_map_transpose
+
+
+# --- FLOPS: every device runs the per-device program --------------------------------------------
+
+def _collective_flops(avals_in, avals_out, *, axes, **params):
+  """An all-reduce over n devices: each device combines the n - 1 others'
+  values with its own (psum, pmax, pmin); a reduce-scatter, only for its
+  block. Moving data (all_gather, ppermute) is no arithmetic."""
+  return (parallel.axis_size(axes) - 1) * math.prod(avals_out[0].shape)
+
+
+def _body_flops(jaxpr) -> int:
+  total = 0
+  for eqn in jaxpr.eqns:
+    p, params = eqn.primitive, eqn.params
+    if "jaxpr" in params and isinstance(params["jaxpr"], Jaxpr) and p not in flops_rules:
+      total += _body_flops(params["jaxpr"])   # a jit inside
+      continue
+    if p not in flops_rules:
+      raise NotImplementedError(f"FLOPS of '{p.name}' inside shard_map are not counted: "
+                                "count the per-device function with flops() instead")
+    total += flops_rules[p]([x.aval for x in eqn.inputs], [v.aval for v in eqn.out_binders],
+                            **params)
+  return total
+
+
+def _shard_map_flops(avals_in, avals_out, *, jaxpr, mesh, in_specs, out_specs):
+  """The per-device program's FLOPS, once per device."""
+  with parallel.extend_axis_env(mesh.shape):
+    return mesh.size * _body_flops(jaxpr)
+
+
+from .flop_count import flops_rules  # noqa: E402  (flop_count comes after control flow)
+
+for _p in (parallel.psum_p, parallel.pmax_p, parallel.pmin_p, parallel.psum_scatter_p):
+  flops_rules[_p] = _collective_flops
+for _p in (parallel.all_gather_p, parallel.ppermute_p, parallel.axis_index_p):
+  flops_rules[_p] = lambda avals_in, avals_out, **params: 0
+flops_rules[shard_map_p] = _shard_map_flops
