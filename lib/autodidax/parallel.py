@@ -195,6 +195,7 @@ def psum_scatter(x, axis_name, *, scatter_dimension: int = 0, tiled: bool = Fals
 
   def scatter(v):
     d = scatter_dimension % np.ndim(v)
+    _check_scatter(np.shape(v), d, axis_size(names), tiled, names)
     if len(names) > 1 and not tiled:   # split the dimension, then scatter tiled
       return lax.reshape(psum_scatter(v, names, scatter_dimension=d, tiled=True),
                          np.shape(v)[:d] + np.shape(v)[d + 1:])
@@ -213,6 +214,7 @@ def ppermute(x, axis_name, perm):
         f"ppermute over several axes {names} is not in autodidax; permute "
         "along one axis at a time.")
   perm = tuple((int(s), int(d)) for s, d in perm)
+  _check_perm(perm, names[0])
   return _tree_map(lambda v: ppermute_p.bind(v, axes=names, perm=perm), x)
 
 
@@ -267,12 +269,16 @@ def _all_gather_abstract_eval(aval, *, axes, axis, tiled):
   return aval.update(shape=tuple(shape))
 
 
+def _check_scatter(shape, d, n, tiled, axes):
+  if shape[d] % n if tiled else shape[d] != n:
+    raise ValueError(f"psum_scatter: dimension {d} of an array of shape {tuple(shape)} must "
+                     f"be {'a multiple of' if tiled else 'equal to'} the size {n} of {axes}")
+
+
 def _psum_scatter_abstract_eval(aval, *, axes, scatter_dimension, tiled):
   _check_bound(psum_scatter_p, axes)
   n, shape, d = axis_size(axes), list(aval.shape), scatter_dimension
-  if shape[d] % n if tiled else shape[d] != n:
-    raise ValueError(f"psum_scatter: dimension {d} of {aval.str_short()} must be "
-                     f"{'a multiple of' if tiled else 'equal to'} the size {n} of {axes}")
+  _check_scatter(shape, d, n, tiled, axes)
   if tiled:
     shape[d] //= n
   else:
@@ -280,15 +286,19 @@ def _psum_scatter_abstract_eval(aval, *, axes, scatter_dimension, tiled):
   return aval.update(shape=tuple(shape))
 
 
-def _ppermute_abstract_eval(aval, *, axes, perm):
-  _check_bound(ppermute_p, axes)
-  n = axis_size(axes)
+def _check_perm(perm, name):
+  n = axis_size(name)
   sources, dests = [s for s, _ in perm], [d for _, d in perm]
   if len(set(sources)) < len(sources) or len(set(dests)) < len(dests) or not all(
       0 <= i < n for i in sources + dests):
     raise ValueError(f"ppermute: {list(perm)} is not a permutation of some of the "
-                     f"{n} indices of axis {axes[0]!r}: each index may send and "
+                     f"{n} indices of axis {name!r}: each index may send and "
                      "receive at most once")
+
+
+def _ppermute_abstract_eval(aval, *, axes, perm):
+  _check_bound(ppermute_p, axes)
+  _check_perm(perm, axes[0])
   return raise_to_shaped(aval)
 
 

@@ -185,16 +185,19 @@ class SpmdExecutable:
     _, _, xc = _jax()
     self._loaded, self.devices, self.platform = loaded, devs, platform
     dl = tuple(devs)
-    self._in_shardings = [xc.GSPMDSharding(dl, s) for s in loaded.get_parameter_shardings()]
+    shardings = loaded.get_parameter_shardings()   # None for a program on one device
+    self._in_shardings = ([xc.GSPMDSharding(dl, s) for s in shardings] if shardings is not None
+                          else None)
 
   def execute(self, args: list, in_avals: list) -> list:
     """`args[i]` holds argument i's buffers, one per device, in the program's
     device order (each the part of the array that device computes with);
     the results come back the same way: per output, a buffer per device."""
     _, _, xc = _jax()
+    shardings = self._in_shardings or [xc.SingleDeviceSharding(self.devices[0])] * len(args)
     arrays = [xc.ArrayImpl(_jax_aval(tuple(a.shape), np.dtype(a.dtype)), s, list(bufs),
                            True, True)
-              for bufs, a, s in zip(args, in_avals, self._in_shardings)]
+              for bufs, a, s in zip(args, in_avals, shardings)]
     results = self._loaded.execute_sharded(arrays)
     return [list(outs) for outs in results.disassemble_into_single_device_arrays()]
 
@@ -203,7 +206,7 @@ class SpmdExecutable:
     positions in tile order, whether the last tile dimension is replication)."""
     _, _, xc = _jax()
     out = []
-    for op in self._loaded.get_output_shardings():
+    for op in self._loaded.get_output_shardings() or []:
       s = xc.HloSharding.from_proto(op)
       if s.is_replicated():
         out.append(((), list(range(len(self.devices))), False))

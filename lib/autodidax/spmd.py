@@ -73,9 +73,9 @@ class SpmdProgram:
     self.exe = runtime.compile_spmd(self.text, [d.handle for d in mesh.device_list], platform)
     self.in_avals = jaxpr.in_avals
     self.out_avals = [raise_to_shaped(a) for a in jaxpr.out_avals]
-    self.out_shardings = [s if s is not None else layout_from_tiles(mesh, tiles, a.ndim)
-                          for s, tiles, a in zip(out_shardings, self.exe.output_tiles(),
-                                                 self.out_avals)]
+    tiles = self.exe.output_tiles() or [((), [0], False)] * len(self.out_avals)  # 1 device
+    self.out_shardings = [s if s is not None else layout_from_tiles(mesh, t, a.ndim)
+                          for s, t, a in zip(out_shardings, tiles, self.out_avals)]
 
   def __call__(self, args) -> list:
     bufs = [shards_for(x, s, a) for x, s, a in zip(args, self.in_shardings, self.in_avals)]

@@ -27,7 +27,7 @@ from .core import MainTrace, Tracer
 
 # One colour per interpreter, so a level reads the same in every picture.
 TRACE_COLORS = {"EvalTrace": "#e8e8e8", "JVPTrace": "#cfe2ff",
-                "BatchTrace": "#ffe5b4", "JaxprTrace": "#d4edda",
+                "BatchTrace": "#ffe5b4", "NamedBatchTrace": "#ffe5b4", "JaxprTrace": "#d4edda",
                 "PartialEvalTrace": "#f8d7da", "DynamicJaxprTrace": "#d4edda",
                 "LinearizeTrace": "#e2d9f3"}
 HIGHLIGHT = "#c0392b"
@@ -104,6 +104,8 @@ def _global_data_label(trace_name: str, data) -> str:
   """What a level's global data is, in a few words (never a raw object repr)."""
   if trace_name == "BatchTrace":
     return f"axis_size={data}"
+  if trace_name == "NamedBatchTrace":   # vmap(..., axis_name=...): an AxisData
+    return f"axis_size={data.size}, axis_name={data.name!r}"
   if hasattr(data, "eqns"):   # a staging trace's JaxprBuilder
     return f"{type(data).__name__}: {len(data.eqns)} equations so far"
   r = repr(data)
