@@ -20,6 +20,7 @@ import numpy as np
 
 from . import runtime
 from .core import ShapedArray, array_types, get_aval, raise_to_shaped
+from .tree_util import tree_flatten, tree_unflatten
 from .xla import Array
 
 
@@ -293,7 +294,10 @@ def device_put(x, device=None):
 
   `device_put(x)` is an ordinary device Array (on the default device);
   `device_put(x, NamedSharding(mesh, P(...)))` is an array whose slices
-  live on the mesh's devices."""
+  live on the mesh's devices. `x` may be a pytree of arrays."""
+  leaves, tree = tree_flatten(x)
+  if tree.node_type is not None:   # a container: each leaf alike
+    return tree_unflatten(tree, [device_put(v, device) for v in leaves])
   if device is None:
     if isinstance(x, Array):
       return x

@@ -254,3 +254,17 @@ def _leaves(tree) -> list:
   if isinstance(tree, NamedSharding):
     return [tree]
   return [x for x in _flat(tree) if isinstance(x, NamedSharding)]
+
+
+# --- Reading the partitioned program -----------------------------------------------------------
+
+COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute",
+               "all-to-all")
+
+
+def collectives_in(hlo_text: str) -> list[str]:
+  """The kinds of collective in a partitioned HLO program, each once, sorted:
+  the communication XLA's partitioner inserted (or shard_map asked for)."""
+  import re
+  found = re.findall(r"\b(" + "|".join(COLLECTIVES) + r")(?:-start)?\(", hlo_text)
+  return sorted(set(found))

@@ -563,6 +563,35 @@ def sharding_graph(shape, sharding, title: str | None = None):
   return g
 
 
+def wrap_lines(text: str, width: int = 110) -> str:
+  """Long lines broken after a comma, or else at a space (continuations
+  indented), so that a program's text reads without scrolling sideways."""
+  out = []
+  for line in text.splitlines():
+    indent = " " * (len(line) - len(line.lstrip()) + 4)
+    while len(line) > width:
+      cut = line.rfind(", ", len(indent), width)
+      skip = 2
+      if cut < 0:
+        cut, skip = line.rfind(" ", len(indent) + 1, width), 1
+      if cut < 0:
+        break
+      out.append(line[:cut + (skip == 2)])
+      line = indent + line[cut + skip:]
+    out.append(line)
+  return "\n".join(out)
+
+
+def hlo_entry(hlo_text: str, width: int = 110) -> str:
+  """The entry computation of compiled HLO (the program each device runs),
+  without XLA's metadata and backend configs, lines wrapped."""
+  text = hlo_text[hlo_text.index("ENTRY"):] if "ENTRY" in hlo_text else hlo_text
+  text = re.sub(r", metadata=\{[^}]*\}", "", text)
+  text = re.sub(r', backend_config=(\{.*?\}|"[^"]*")(?=,|$)', "", text, flags=re.M)
+  text = text.split("\n}\n")[0] + "\n}" if "\n}\n" in text else text
+  return wrap_lines(text, width)
+
+
 def sharding_explorer(shape, mesh, specs):
   """A widget: pick a PartitionSpec, see how it lays out an array of `shape`
   on `mesh` (every choice drawn up front, so it works without a kernel)."""
