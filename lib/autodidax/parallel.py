@@ -103,8 +103,9 @@ class CollectivePrimitive(Primitive):
   `bind` usually lets the interpreter of the highest-level operand handle a
   primitive. A collective must also reach the named vmap that binds its axis,
   even when none of its operands is batched there (psum(1., 'i') is 'i's
-  size, and axis_index has no operands at all): so it goes to that vmap's
-  interpreter whenever it sits higher than every operand's.
+  size, and axis_index has no operands at all). So when that vmap's
+  interpreter sits higher than every operand's, the operands are boxed for
+  it first, and `bind` picks it as usual.
   """
 
   def bind(self, *args, **params):
@@ -118,9 +119,10 @@ class CollectivePrimitive(Primitive):
     if main is not None and core.bind_handler is None:
       if main.level > core.find_top_trace(args).main.level:
         trace = main.trace_type(main)
-        outs = trace.process_primitive(self, [core.full_raise(trace, x) for x in args], params)
-        outs = [core.full_lower(y) for y in outs]
-        return outs if self.multiple_results else outs[0]
+        args = [core.full_raise(trace, x) for x in args]
+        if not args:   # axis_index: no operand to box, so no bind to pick it
+          outs = [core.full_lower(y) for y in trace.process_primitive(self, [], params)]
+          return outs if self.multiple_results else outs[0]
     return super().bind(*args, **params)
 
 
