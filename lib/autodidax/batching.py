@@ -102,12 +102,13 @@ class AxisData(NamedTuple):
 
 
 class NamedBatchTrace(BatchTrace):
-  """The interpreter of `vmap(f, axis_name=...)`: a BatchTrace whose axis has
-  a name that collectives (`autodidax.parallel`) refer to. A primitive whose
-  batching depends on the name has a rule in `axis_vmap_rules`, which takes
-  the AxisData instead of the size: a collective over this axis becomes a
-  reduction along the batch axis, and xla_call batches its jaxpr under the
-  same name. It runs even when no operand is batched: psum(1., 'i') is 'i's size."""
+  """The interpreter of `vmap(f, axis_name=...)`: a BatchTrace whose axis
+  has a name that collectives (`autodidax.parallel`) refer to. A primitive
+  whose batching depends on the name has a rule in `axis_vmap_rules`, which
+  takes the AxisData instead of the size: a collective over this axis
+  becomes a reduction along the batch axis, and xla_call batches its jaxpr
+  under the same name. Such a rule runs even when no operand is batched:
+  psum(1., 'i') is the size of 'i'."""
 
   @property
   def axis_size(self) -> int:
@@ -119,7 +120,8 @@ class NamedBatchTrace(BatchTrace):
       return super().process_primitive(primitive, tracers, params)
     check_live(self.main)
     vals_in, bdims_in = unzip2((t.val, t.batch_dim) for t in tracers)
-    outs, bdims_out = rule(self.main.global_data, vals_in, bdims_in, **params)
+    axis_data = self.main.global_data
+    outs, bdims_out = rule(axis_data, vals_in, bdims_in, **params)
     if not primitive.multiple_results:
       outs, bdims_out = [outs], [bdims_out]
     return [BatchTracer(self, x, bd) for x, bd in zip(outs, bdims_out)]

@@ -98,14 +98,14 @@ def bound_axes() -> tuple:
 # --- Collective primitives ---------------------------------------------------------------
 
 class CollectivePrimitive(Primitive):
-  """A primitive that computes across the named axes in its `axes` parameter.
+  """A primitive that computes across the named axes in `axes`, its param.
 
-  `bind` usually lets the interpreter of the highest-level operand handle a
-  primitive. A collective must also reach the named vmap that binds its axis,
-  even when none of its operands is batched there (psum(1., 'i') is 'i's
-  size, and axis_index has no operands at all). So when that vmap's
-  interpreter sits higher than every operand's, the operands are boxed for
-  it first, and `bind` picks it as usual.
+  `bind` usually lets the interpreter of the highest-level operand handle
+  a primitive. A collective must also reach the named vmap that binds its
+  axis, even when none of its operands is batched there (psum(1., 'i') is
+  the size of 'i', and axis_index has no operand at all). So when that
+  vmap's interpreter sits higher than every operand's, the operands are
+  boxed for it first, and `bind` picks it as usual.
   """
 
   def bind(self, *args, **params):
@@ -114,14 +114,16 @@ class CollectivePrimitive(Primitive):
       frame = axis_frame(name)
       if frame is None:
         raise UnboundAxisError(name, self.name)
-      if frame.main is not None and (main is None or frame.main.level > main.level):
+      if frame.main is not None and (main is None
+                                     or frame.main.level > main.level):
         main = frame.main
     if main is not None and core.bind_handler is None:
       if main.level > core.find_top_trace(args).main.level:
         trace = main.trace_type(main)
         args = [core.full_raise(trace, x) for x in args]
-        if not args:   # axis_index: no operand to box, so no bind to pick it
-          outs = [core.full_lower(y) for y in trace.process_primitive(self, [], params)]
+        if not args:   # axis_index: no operand to box for it
+          outs = trace.process_primitive(self, [], params)
+          outs = [core.full_lower(y) for y in outs]
           return outs if self.multiple_results else outs[0]
     return super().bind(*args, **params)
 
@@ -345,15 +347,18 @@ def _psum_transpose(ct, x, *, axes):
 
 
 def _all_gather_transpose(ct, x, *, axes, axis, tiled):
-  return [psum_scatter_p.bind(ct, axes=axes, scatter_dimension=axis, tiled=tiled)]
+  return [psum_scatter_p.bind(ct, axes=axes, scatter_dimension=axis,
+                              tiled=tiled)]
 
 
 def _psum_scatter_transpose(ct, x, *, axes, scatter_dimension, tiled):
-  return [all_gather_p.bind(ct, axes=axes, axis=scatter_dimension, tiled=tiled)]
+  return [all_gather_p.bind(ct, axes=axes, axis=scatter_dimension,
+                            tiled=tiled)]
 
 
 def _ppermute_transpose(ct, x, *, axes, perm):
-  return [ppermute_p.bind(ct, axes=axes, perm=tuple((d, s) for s, d in perm))]
+  inverse = tuple((dst, src) for src, dst in perm)
+  return [ppermute_p.bind(ct, axes=axes, perm=inverse)]
 
 
 ad.transpose_rules[psum_p] = _psum_transpose
@@ -370,7 +375,10 @@ def _psum_vmap(axis_data, vals_in, dims_in, *, axes):
   (x,), (d,) = vals_in, dims_in
   if axis_data.name not in axes:
     return _other_axis(psum_p, vals_in, dims_in, axes=axes)
-  y = lax.mul(x, axis_data.size) if d is not_mapped else lax.reduce_sum(x, (d,))
+  if d is not_mapped:
+    y = lax.mul(x, axis_data.size)
+  else:
+    y = lax.reduce_sum(x, (d,))
   rest = tuple(n for n in axes if n != axis_data.name)
   return (psum_p.bind(y, axes=rest) if rest else y), not_mapped
 
@@ -396,7 +404,8 @@ def _all_gather_vmap(axis_data, vals_in, dims_in, *, axes, axis, tiled):
   out = moveaxis(x, d, axis) if d != axis else x
   if tiled:   # (..., n, k, ...) -> (..., n * k, ...)
     shape = np.shape(out)
-    out = lax.reshape(out, (*shape[:axis], n * shape[axis + 1], *shape[axis + 2:]))
+    out = lax.reshape(out, (*shape[:axis], n * shape[axis + 1],
+                            *shape[axis + 2:]))
   return out, not_mapped
 
 
@@ -421,8 +430,9 @@ def _ppermute_vmap(axis_data, vals_in, dims_in, *, axes, perm):
   x = move_batch_axis(n, d, 0, x)
   rest, source = np.shape(x)[1:], {dst: src for src, dst in perm}
   zero = np.zeros((1, *rest), np.result_type(core.get_aval(x).dtype))
-  parts = [lax.slice(x, (source[k], *[0] * len(rest)), (source[k] + 1, *rest))
-           if k in source else zero for k in range(n)]
+  parts = [lax.slice(x, (source[k], *[0] * len(rest)),
+                     (source[k] + 1, *rest)) if k in source else zero
+           for k in range(n)]
   return lax.concatenate(parts, 0), 0
 
 
@@ -456,9 +466,11 @@ def _other_axis(prim, vals_in, dims_in, **params):
 axis_vmap_rules[psum_p] = _psum_vmap
 axis_vmap_rules[pmax_p] = _pmax_vmap(pmax_p, lax.reduce_max)
 axis_vmap_rules[pmin_p] = _pmax_vmap(pmin_p, lax.reduce_min)
-axis_vmap_rules[all_gather_p] = _named_rule(all_gather_p, _all_gather_vmap)
-axis_vmap_rules[psum_scatter_p] = _named_rule(psum_scatter_p, _psum_scatter_vmap)
-axis_vmap_rules[ppermute_p] = _named_rule(ppermute_p, _ppermute_vmap)
+# (Each rule is looked up when called, so that an exercise can replace it.)
+axis_vmap_rules[all_gather_p] = _named_rule(all_gather_p, lambda *a, **k: _all_gather_vmap(*a, **k))
+axis_vmap_rules[psum_scatter_p] = _named_rule(psum_scatter_p,
+                                              lambda *a, **k: _psum_scatter_vmap(*a, **k))
+axis_vmap_rules[ppermute_p] = _named_rule(ppermute_p, lambda *a, **k: _ppermute_vmap(*a, **k))
 axis_vmap_rules[axis_index_p] = _axis_index_vmap
 for _p in collective_primitives[:-1]:   # an unnamed vmap binds no name
   vmap_rules[_p] = (lambda axis_size, vals_in, dims_in, _p=_p, **params:
@@ -474,7 +486,8 @@ def device_groups(mesh, axes) -> list[list[int]]:
   ids = np.arange(mesh.size).reshape(mesh.axis_sizes)
   along = [mesh.axis_names.index(a) for a in axes]
   others = [i for i in range(ids.ndim) if i not in along]
-  return ids.transpose(others + along).reshape(-1, math.prod(mesh.shape[a] for a in axes)).tolist()
+  size = math.prod(mesh.shape[a] for a in axes)
+  return ids.transpose(others + along).reshape(-1, size).tolist()
 
 
 def _groups_attr(groups) -> str:

@@ -60,7 +60,7 @@ def _check_specs(what, specs, avals, mesh):
 
 # --- The user-facing function --------------------------------------------------------------
 
-def shard_map(f, *, mesh: Mesh, in_specs, out_specs, check_vma: bool = True):
+def shard_map(f, *, mesh: Mesh, in_specs, out_specs, check_vma=True):
   """Run `f` on every device of `mesh`, each on its slices of the arguments.
 
   `in_specs` is a PartitionSpec per argument (or a pytree prefix of the
@@ -74,20 +74,23 @@ def shard_map(f, *, mesh: Mesh, in_specs, out_specs, check_vma: bool = True):
   def mapped(*args):
     args_flat, in_tree = tree_flatten(args)
     try:
-      specs_in = tuple(broadcast_prefix(in_specs, args, "shard_map in_specs"))
+      specs_in = tuple(broadcast_prefix(in_specs, args, "in_specs"))
     except ValueError as e:
-      raise ValueError(f"{e}: give one PartitionSpec per argument") from None
+      raise ValueError(f"shard_map: {e}: give one PartitionSpec per "
+                       "argument") from None
     avals = [raise_to_shaped(shaped_abstractify(x)) for x in args_flat]
     _check_specs("in_specs", specs_in, avals, mesh)
     local = [shard_aval(mesh, s, a) for s, a in zip(specs_in, avals)]
     flat_fun, out_tree = flatten_fun(f, in_tree)
-    with parallel.extend_axis_env(mesh.shape):
-      jaxpr, consts = closed_to_call_jaxpr(*trace_to_jaxpr_dynamic(flat_fun, local))
+    with parallel.extend_axis_env(mesh.shape):   # the names are bound
+      jaxpr, consts = trace_to_jaxpr_dynamic(flat_fun, local)
+    jaxpr, consts = closed_to_call_jaxpr(jaxpr, consts)
     skeleton = tree_unflatten(out_tree(), [0] * len(jaxpr.outvars))
-    specs_out = tuple(broadcast_prefix(out_specs, skeleton, "shard_map out_specs"))
+    specs_out = tuple(broadcast_prefix(out_specs, skeleton, "out_specs"))
     _check_specs("out_specs", specs_out, jaxpr.out_avals, mesh)
     outs = shard_map_p.bind(*consts, *args_flat, jaxpr=jaxpr, mesh=mesh,
-                            in_specs=(P(),) * len(consts) + specs_in, out_specs=specs_out)
+                            in_specs=(P(),) * len(consts) + specs_in,
+                            out_specs=specs_out)
     return tree_unflatten(out_tree(), outs)
   mapped.__name__ = f"shard_map({getattr(f, '__name__', 'f')})"
   return mapped
@@ -314,19 +317,25 @@ def _transpose_body(jaxpr, mesh, undefined: tuple, in_specs, out_specs):
   res_avals = [a for a, u in zip(avals, undefined) if not u]
   out_avals = [raise_to_shaped(a) for a in jaxpr.out_avals]
 
+  def copies(spec):   # how many devices hold each piece
+    return math.prod(mesh.shape[a] for a in replicas(mesh, spec))
+
   def transposed(*args):
     res, cts = iter(args[:len(res_avals)]), args[len(res_avals):]
-    cts = [lax.div(ct, float(math.prod(mesh.shape[a] for a in replicas(mesh, s))))
-           if replicas(mesh, s) else ct for ct, s in zip(cts, out_specs)]
-    primals = [ad.UndefPrimal(a) if u else next(res) for a, u in zip(avals, undefined)]
+    cts = [lax.div(ct, float(copies(s))) if copies(s) > 1 else ct
+           for ct, s in zip(cts, out_specs)]
+    primals = [ad.UndefPrimal(a) if u else next(res)
+               for a, u in zip(avals, undefined)]
     cts_in = ad.backward_pass(jaxpr, primals, cts)
     specs = [s for s, u in zip(in_specs, undefined) if u]
     cts_in = [ad.instantiate_zeros(ct) for ct in cts_in]
-    return [parallel.psum(ct, replicas(mesh, s)) if replicas(mesh, s) else ct
-            for ct, s in zip(cts_in, specs)]
+    return [parallel.psum(ct, replicas(mesh, s)) if replicas(mesh, s)
+            else ct for ct, s in zip(cts_in, specs)]
 
   with parallel.extend_axis_env(mesh.shape):
-    return closed_to_call_jaxpr(*trace_to_jaxpr_dynamic(transposed, res_avals + out_avals))
+    jaxpr_t, consts = trace_to_jaxpr_dynamic(transposed,
+                                             res_avals + out_avals)
+  return closed_to_call_jaxpr(jaxpr_t, consts)
 
 
 def _shard_map_transpose(cts, *args, jaxpr, mesh, in_specs, out_specs):

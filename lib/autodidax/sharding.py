@@ -170,7 +170,7 @@ class NamedSharding:
       coord = dict(zip(names, pos))
       index = []
       for d, size in enumerate(shard):
-        if not self.spec.axes_of(d):   # whole: slice(None), as JAX writes it
+        if not self.spec.axes_of(d):   # whole: slice(None), as in JAX
           index.append(slice(None))
           continue
         tile = 0

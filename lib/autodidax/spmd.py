@@ -43,16 +43,19 @@ def sdy_sharding(sharding: NamedSharding, ndim: int) -> str:
   return f"#sdy.sharding<@mesh, [{dims}]>"
 
 
-def lower_spmd(jaxpr: Jaxpr, name: str, mesh, in_shardings, out_shardings) -> str:
+def lower_spmd(jaxpr: Jaxpr, name: str, mesh, in_shardings,
+               out_shardings) -> str:
   """The module for `jaxpr` on `mesh`: each argument and result with a
   sharding (None: the partitioner chooses) gets it as an attribute."""
   module = lowering.Module(name)
   module.mesh = mesh   # for shard_map and the collectives inside it
-  module.attributes = [f"mhlo.num_partitions = {mesh.size} : i32", "mhlo.num_replicas = 1 : i32"]
+  module.attributes = [f"mhlo.num_partitions = {mesh.size} : i32",
+                       "mhlo.num_replicas = 1 : i32"]
   module.header = [sdy_mesh(mesh)]
 
   def attrs(shardings, avals):
-    return [f"{{sdy.sharding = {sdy_sharding(s, a.ndim)}}}" if s is not None else ""
+    return ["" if s is None else
+            f"{{sdy.sharding = {sdy_sharding(s, a.ndim)}}}"
             for s, a in zip(shardings, avals)]
   module.functions.append(lowering.lower_function(
       module, jaxpr, "main", True, attrs(in_shardings, jaxpr.in_avals),
