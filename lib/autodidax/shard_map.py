@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from . import ad, batching, lax, lowering, parallel, runtime
+from . import ad, batching, lax, lowering, parallel, runtime, spmd
 from . import partial_eval as pe
 from .api import shaped_abstractify
 from .core import Primitive, abstract_eval_rules, impl_rules, raise_to_shaped
@@ -123,7 +123,6 @@ def _as_program(jaxpr, mesh, in_specs, out_specs) -> Jaxpr:
 def _shard_map_impl(*args, jaxpr, mesh, in_specs, out_specs):
   """Called on arrays (not under jit): compile the shard_map for the mesh and
   run it, the arguments laid out as `in_specs` say."""
-  from . import spmd
   program = _as_program(jaxpr, mesh, in_specs, out_specs)
   return spmd.execute_jaxpr(
       program, args, mesh=mesh, platform=runtime.default_platform(), name="shard_map",

@@ -279,6 +279,16 @@ def single_device_sharding(x: Array) -> SingleDeviceSharding:
   return SingleDeviceSharding(Device(dev, x.platform))
 
 
+def _whole(x: Array) -> list[Shard]:
+  return [Shard(x.sharding.device, tuple(slice(None) for _ in x.shape), 0, x)]
+
+
+# Every device Array has a sharding; an ordinary one lives on one device.
+# (ShardedArray's own attributes take precedence.)
+Array.sharding = property(single_device_sharding)
+Array.addressable_shards = property(_whole)
+
+
 def shards_for(x, sharding: NamedSharding, aval: ShapedArray) -> list:
   """Buffers holding `x` laid out by `sharding`, one per device in mesh order:
   `x`'s own when it already has that layout, else copies from the host."""

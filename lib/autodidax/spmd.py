@@ -18,11 +18,12 @@ JAX does this in jax/_src/interpreters/pxla.py.
 from __future__ import annotations
 
 import itertools
+import sys
 import weakref
 
 import numpy as np
 
-from . import lowering, runtime
+from . import lowering, runtime, xla
 from .core import raise_to_shaped
 from .jaxpr import ClosedJaxpr, Jaxpr
 from .sharding import NamedSharding, P, ShardedArray, shards_for
@@ -271,3 +272,6 @@ def collectives_in(hlo_text: str) -> list[str]:
   import re
   found = re.findall(r"\b(" + "|".join(COLLECTIVES) + r")(?:-start)?\(", hlo_text)
   return sorted(set(found))
+
+
+xla.spmd = sys.modules[__name__]   # jit hands programs for a mesh to this module

@@ -23,6 +23,11 @@ from .util import cache_by_jaxpr
 
 xla_call_p = Primitive("xla_call", multiple_results=True)
 
+# A program for many devices (its jit has shardings, or it holds a shard_map)
+# is lowered, compiled and run by autodidax.spmd, which plugs itself in here
+# when imported (the chapter Many devices). This module knows one device.
+spmd = None
+
 
 # --- Device-resident arrays --------------------------------------------------------------
 
@@ -83,17 +88,6 @@ class Array:
     self._buf.block_until_ready()
     return self
 
-  # Where it lives: one device (autodidax.sharding; the chapter Many devices).
-  @property
-  def sharding(self):
-    from .sharding import single_device_sharding
-    return single_device_sharding(self)
-
-  @property
-  def addressable_shards(self) -> list:
-    from .sharding import Shard
-    return [Shard(self.sharding.device, tuple(slice(None) for _ in self.shape), 0, self)]
-
 
 array_types.add(Array)
 
@@ -133,7 +127,6 @@ def compile_jaxpr(jaxpr: Jaxpr, platform: str, name: str = "jit_fun"):
 def _xla_call_impl(*args, jaxpr: Jaxpr, num_consts: int, **params):
   platform = _platform(params)
   if "mesh" in params:   # a program for many devices (the chapter Many devices)
-    from . import spmd
     return spmd.execute_jaxpr(jaxpr, args, platform=platform, **params)
   return execute_compiled(compile_jaxpr(jaxpr, platform, params.get("name", "jit_fun")),
                           args, platform)
@@ -352,8 +345,8 @@ class jit:
       jaxpr, consts = closed_to_call_jaxpr(*trace_to_jaxpr_dynamic(flat_fun, in_avals))
       typecheck_jaxpr(jaxpr)
       traced = _Traced(jaxpr, consts, out_tree())
-      from . import spmd   # shardings or shard_map: a program for many devices
-      spmd.specialize(self, traced, dyn_args)
+      if spmd is not None:   # shardings or a shard_map: a program for many devices
+        spmd.specialize(self, traced, dyn_args)
       self.trace_count += 1
       if not any(isinstance(c, Tracer) for c in consts):   # outer tracers go stale
         self._cache[key] = traced
@@ -411,7 +404,6 @@ class Lowered:
   def __init__(self, traced: _Traced, params: dict, args_flat=()):
     self._traced, self._params = traced, params
     if traced.mesh is not None:   # each input's layout, as a call with these arguments
-      from . import spmd
       self._params = dict(params, in_shardings=spmd.resolve_in_shardings(
           traced.mesh, traced.in_shardings, [*traced.consts, *args_flat]))
 
@@ -425,7 +417,6 @@ class Lowered:
   def as_text(self) -> str:
     """The StableHLO module we hand to XLA."""
     if self._traced.mesh is not None:
-      from . import spmd
       p = self._params
       return spmd.lower_spmd(self._traced.jaxpr, p["name"], p["mesh"], p["in_shardings"],
                              p["out_shardings"])
@@ -440,7 +431,6 @@ class Compiled:
     self._traced, self._params = traced, params
     self.platform = _platform(params)
     if traced.mesh is not None:   # compiled for a mesh, partitioned by XLA
-      from . import spmd
       self._exe = spmd.program(traced.jaxpr, params["name"], params["mesh"],
                                params["in_shardings"], params["out_shardings"], self.platform)
     else:
