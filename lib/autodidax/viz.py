@@ -504,8 +504,8 @@ def _span(s: slice, n: int) -> str:
 
 def sharding_graph(shape, sharding, title: str | None = None):
   """Where each part of an array of `shape` lives under `sharding` (a
-  NamedSharding): the mesh of devices on the left, the array cut into tiles
-  on the right, each tile and the devices that hold it in one colour. A
+  NamedSharding): the mesh of devices above, the array cut into tiles
+  below, each tile and the devices that hold it in one colour. A
   colour that appears on several devices is a replicated tile."""
   shape = tuple(shape)
   if len(shape) > 2:
@@ -524,7 +524,8 @@ def sharding_graph(shape, sharding, title: str | None = None):
   alt = (f"An array of shape {shape} laid out by {spec!r} on a mesh "
          f"{' x '.join(f'{n}={k}' for n, k in mesh.shape.items())}: {len(tiles)} tile(s)"
          f" of shape {sharding.shard_shape(shape)}, each held by {per} device(s)")
-  g = _digraph(_titled(title, alt), rankdir="LR", nodesep="0.5")
+  # The mesh above the array: narrow enough for a phone.
+  g = _digraph(_titled(title, alt), rankdir="TB", nodesep="0.5", ranksep="0.3")
   if title:
     g.attr(label=title, labelloc="t")
   devs = mesh.devices.reshape(rows, cols) if mesh.devices.ndim <= 2 else None
