@@ -244,7 +244,8 @@ def _toc_pages() -> list[str]:
 WIDTHS = (390, 800, 1280)   # a phone, a tablet, a desktop
 MIN_TEXT_PX = 11            # the smallest readable text in a picture
 CHAPTERS = [p for p in _toc_pages() if "/part" in p or p.endswith(("primitives.html",
-                                                                   "jaxpr_language.html"))]
+                                                                   "jaxpr_language.html",
+                                                                   "many_devices.html"))]
 
 # Everything in the article wider than its column, unless a box that scrolls
 # sideways (and is marked as such by autodidax.js) holds it.
