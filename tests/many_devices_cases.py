@@ -334,6 +334,23 @@ def sharded_jit_training_step_equals_one_device():
 
 
 @case
+def sharded_jit_under_transformations():
+  """A transformed sharded jit keeps its mesh; XLA lays out its new values."""
+  x, w = f32(16, 8), f32(8, 12)
+  S = lambda *spec: NamedSharding(M2, P(*spec))
+  f = adx.jit(lambda a, b: anp.tanh(a @ b).sum(), in_shardings=(S("data"), S(None, "model")))
+  plain = lambda a, b: anp.tanh(a @ b).sum()
+  close(adx.grad(f, argnums=(0, 1))(x, w), adx.grad(plain, argnums=(0, 1))(x, w))
+  close(adx.vmap(f, in_axes=(0, None))(np.stack([x, -x]), w),
+        np.array([np.tanh(x @ w).sum(), np.tanh(-x @ w).sum()]))
+  close(adx.jvp(f, (x, w), (x, w)), adx.jvp(plain, (x, w), (x, w)))
+  theirs = jax.grad(jax.jit(lambda a, b: jnp.tanh(a @ b).sum(), in_shardings=(
+      jax.sharding.NamedSharding(JM2, jax.P("data")),
+      jax.sharding.NamedSharding(JM2, jax.P(None, "model")))), argnums=1)(x, w)
+  close(adx.grad(f, argnums=1)(x, w), theirs, rtol=1e-4)
+
+
+@case
 def sharded_arrays_flow_between_programs():
   x = adx.device_put(f32(16, 4), NamedSharding(M2, P("data")))
   f = adx.shard_map(lambda v: v * 2., mesh=M2, in_specs=P("data"), out_specs=P("data"))
