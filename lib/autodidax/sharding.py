@@ -55,6 +55,9 @@ def device_count(backend: str | None = None) -> int:
   return len(devices(backend))
 
 
+_all_devices = devices   # make_mesh's `devices` argument hides the function
+
+
 class Mesh:
   """Devices arranged as an n-dimensional grid whose axes have names."""
 
@@ -86,11 +89,11 @@ class Mesh:
     return f"Mesh({axes})"
 
 
-def make_mesh(axis_shapes, axis_names, devices=None) -> Mesh:
+def make_mesh(axis_shapes, axis_names, *, devices=None) -> Mesh:
   """A mesh of the first prod(axis_shapes) devices, in order: device k sits
   at the grid position of k in row-major order."""
   axis_shapes, n = tuple(axis_shapes), math.prod(axis_shapes)
-  devs = devices if devices is not None else globals()["devices"]()
+  devs = list(devices) if devices is not None else _all_devices()
   if len(devs) < n:
     raise ValueError(
         f"make_mesh: a {' x '.join(map(str, axis_shapes))} mesh needs {n} devices, but "
