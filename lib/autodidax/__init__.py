@@ -25,10 +25,20 @@ from . import ad_checkpoint, custom_derivatives  # noqa: E402
 from .ad_checkpoint import checkpoint, checkpoint_policies, remat  # noqa: E402,F401
 from .custom_derivatives import custom_jvp, custom_vjp  # noqa: E402,F401
 
+# Many devices: collectives over named axes (in lax, as in jax.lax), devices,
+# meshes and shardings, shard_map. Nothing here starts the XLA runtime.
+from . import parallel, sharding, spmd  # noqa: E402
+from .sharding import P, device_put, devices, make_mesh  # noqa: E402,F401
+from .shard_map import shard_map  # noqa: E402,F401
+for _name in ("psum", "pmean", "pmax", "pmin", "all_gather", "psum_scatter", "ppermute",
+              "axis_index"):
+  setattr(lax, _name, getattr(parallel, _name))
+
 __all__ = ["jvp", "vmap", "jacfwd", "jacrev", "hessian", "make_jaxpr", "jit", "Array",
            "linearize", "vjp", "grad", "value_and_grad", "lax", "numpy", "nn", "tree_util",
            "Primitive", "custom_jvp", "custom_vjp", "checkpoint", "remat",
-           "checkpoint_policies", "ad_checkpoint"]
+           "checkpoint_policies", "ad_checkpoint", "devices", "make_mesh", "device_put",
+           "shard_map", "sharding", "P"]
 
 
 def __getattr__(name):   # a JAX name that autodidax leaves out: say so

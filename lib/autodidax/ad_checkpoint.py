@@ -530,7 +530,7 @@ class _Sources:
     return self.by_var.get(var, default)
 
   def _source(self) -> str:
-    frame = sys._getframe(3)   # above _source, observe and observed_bind
+    frame = sys._getframe(3)   # above _source, observe and core.hooks._observed
     while frame is not None:
       filename = str(Path(frame.f_code.co_filename).resolve())
       if not filename.startswith((_LIBRARY, _STDLIB)):

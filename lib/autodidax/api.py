@@ -79,17 +79,20 @@ def _tangent_for(primal, tangent):
 
 # --- vmap ---------------------------------------------------------------------------------
 
-def vmap(fun, in_axes=0, out_axes=0):
+def vmap(fun, in_axes=0, out_axes=0, axis_name=None, axis_size=None):
   """Vectorize `fun` over the axes `in_axes` of its arguments.
 
   `in_axes` is an int, None (don't map), or a tuple with one entry per
   positional argument, each itself an int/None or a pytree prefix of it.
+  `axis_name` names the batch axis for collectives inside `fun`
+  (`lax.psum(x, axis_name)`, ...); `axis_size` is the batch size, needed
+  only when no argument is mapped.
   """
   def batched_fun(*args, **kwargs):
     if kwargs:   # keyword arguments are mapped over axis 0, as in JAX
       return vmap(lambda a, kw: fun(*a, **kw), in_axes=(
           tuple(in_axes) if isinstance(in_axes, (tuple, list)) else in_axes, 0),
-          out_axes=out_axes)(args, kwargs)
+          out_axes=out_axes, axis_name=axis_name, axis_size=axis_size)(args, kwargs)
     axes = tuple(in_axes) if isinstance(in_axes, list) else in_axes
     if isinstance(axes, tuple) and len(axes) != len(args):
       raise TransformationError(
@@ -105,9 +108,10 @@ def vmap(fun, in_axes=0, out_axes=0):
       raise TransformationError(str(e)) from None
     _check_arrays("vmap", args_flat)
     axes_flat = [_check_axis(x, ax, i) for i, (x, ax) in enumerate(zip(args_flat, axes_flat))]
-    _check_sizes(args_flat, axes_flat)
+    _check_sizes(args_flat, axes_flat, axis_size)
     flat_fun, out_tree = flatten_fun(fun, in_tree)
-    vals_out, bdims_out, size = vmap_flat(flat_fun, axes_flat, *args_flat)
+    vals_out, bdims_out, size = vmap_flat(flat_fun, axes_flat, *args_flat,
+                                          axis_name=axis_name, axis_size=axis_size)
     out_tree = out_tree()
     try:
       out_axes_flat = broadcast_prefix(out_axes, tree_unflatten(out_tree, vals_out),
@@ -134,17 +138,19 @@ def _check_axis(x, ax, i):
   return canonicalize_axis(int(ax), nd)
 
 
-def _check_sizes(args_flat, axes_flat):
+def _check_sizes(args_flat, axes_flat, axis_size=None):
   sizes = [(i, np.shape(x), ax, np.shape(x)[ax])
            for i, (x, ax) in enumerate(zip(args_flat, axes_flat)) if ax is not not_mapped]
-  if not sizes:
+  if not sizes and axis_size is None:
     raise TransformationError(
-        "vmap: no argument is mapped (in_axes are all None). Map at least one.")
-  if len({s for *_, s in sizes}) > 1:
+        "vmap: no argument is mapped (in_axes are all None). Map at least one, "
+        "or give the batch size as axis_size.")
+  if len({s for *_, s in sizes} | ({axis_size} if axis_size is not None else set())) > 1:
     lines = "\n".join(f"  argument {i} of shape {shp} has size {s} along axis {ax}"
                       for i, shp, ax, s in sizes)
+    given = f"\n  axis_size={axis_size}" if axis_size is not None else ""
     raise TransformationError(
-        f"vmap got inconsistent sizes for the mapped axis:\n{lines}\n"
+        f"vmap got inconsistent sizes for the mapped axis:\n{lines}{given}\n"
         "Every mapped argument must have the same size along its mapped axis.")
 
 

@@ -7,6 +7,8 @@ Batching rules take `(axis_size, vals_in, dims_in, **params)` and return
 """
 from __future__ import annotations
 
+from typing import Hashable, NamedTuple
+
 import numpy as np
 
 from . import lax
@@ -91,17 +93,60 @@ vmap_rules = RuleTable(
     "Batching", "Register one with `batching.vmap_rules[prim] = rule`.")
 
 
-def vmap_flat(f, in_axes, *args):
+# --- Named axes (the chapter "Many devices") ---------------------------------------------------
+
+class AxisData(NamedTuple):
+  """The batch axis of a vmap: its size, and its name (None if unnamed)."""
+  size: int
+  name: Hashable = None
+
+
+class NamedBatchTrace(BatchTrace):
+  """The interpreter of `vmap(f, axis_name=...)`: a BatchTrace whose axis
+  has a name that collectives (`autodidax.parallel`) refer to. A primitive
+  whose batching depends on the name has a rule in `axis_vmap_rules`, which
+  takes the AxisData instead of the size: a collective over this axis
+  becomes a reduction along the batch axis, and xla_call batches its jaxpr
+  under the same name. Such a rule runs even when no operand is batched:
+  psum(1., 'i') is the size of 'i'."""
+
+  @property
+  def axis_size(self) -> int:
+    return self.main.global_data.size
+
+  def process_primitive(self, primitive, tracers, params):
+    rule = axis_vmap_rules.get(primitive)
+    if rule is None:
+      return super().process_primitive(primitive, tracers, params)
+    check_live(self.main)
+    vals_in, bdims_in = unzip2((t.val, t.batch_dim) for t in tracers)
+    axis_data = self.main.global_data
+    outs, bdims_out = rule(axis_data, vals_in, bdims_in, **params)
+    if not primitive.multiple_results:
+      outs, bdims_out = [outs], [bdims_out]
+    return [BatchTracer(self, x, bd) for x, bd in zip(outs, bdims_out)]
+
+
+axis_vmap_rules = RuleTable(
+    "Named-axis batching", "Register one with `batching.axis_vmap_rules[prim] = rule`.")
+
+
+def vmap_flat(f, in_axes, *args, axis_name=None, axis_size=None):
   """vmap of `f` over flat lists; `in_axes[i]` is an int or `not_mapped`.
-  Returns the outputs, the batch axis of each, and the batch size."""
+  Returns the outputs, the batch axis of each, and the batch size. With an
+  `axis_name`, collectives inside `f` can refer to the batch axis by name;
+  `axis_size` gives the size when no argument is mapped."""
   sizes = {np.shape(x)[ax] for x, ax in zip(args, in_axes) if ax is not not_mapped}
+  sizes |= set() if axis_size is None else {axis_size}
   if len(sizes) != 1:   # api.vmap checks its users' arguments; this is for rules
     shapes = [np.shape(x) for x in args]
     raise ValueError(f"vmap_flat: the batch axes {list(in_axes)} of arguments of shapes "
                      f"{shapes} need one size, not {sorted(sizes) or 'none'}")
   axis_size, = sizes
-  with new_main(BatchTrace, axis_size) as main:
-    trace = BatchTrace(main)
+  trace_type, data = ((BatchTrace, axis_size) if axis_name is None else
+                      (NamedBatchTrace, AxisData(axis_size, axis_name)))
+  with new_main(trace_type, data) as main:
+    trace = trace_type(main)
     boxed = [x if ax is not_mapped else BatchTracer(trace, x, ax) for x, ax in zip(args, in_axes)]
     outs = [full_raise(trace, y) for y in f(*boxed)]
   return [t.val for t in outs], [t.batch_dim for t in outs], axis_size

@@ -123,7 +123,8 @@ def _flops_eqn(eqn, ins, counts) -> list:
     y_avals = params["jaxpr"].out_avals[ncar:]
     return [*carry, *[np.stack([np.asarray(y[k]) for y in ys]) if length else
                       np.zeros((0, *a.shape), a.dtype) for k, a in enumerate(y_avals)]]
-  if "jaxpr" in params and isinstance(params["jaxpr"], Jaxpr):   # xla_call (jit)
+  if "jaxpr" in params and isinstance(params["jaxpr"], Jaxpr) and p not in flops_rules:
+    # xla_call (jit); a shard_map has a rule of its own (autodidax.shard_map)
     return _eval_flops(params["jaxpr"], ins, counts)
   if p in flops_call_rules:   # a call defined elsewhere: count the jaxpr it runs
     return _eval_flops(flops_call_rules[p](**params).jaxpr, ins, counts)

@@ -89,6 +89,10 @@ class Module:
     self.name = re.sub(r"\W", "_", name)   # an MLIR symbol: letters, digits, _
     self.functions: list[str] = []
     self._lowered: dict = {}   # id(jaxpr) -> private function name
+    # A program for many devices (autodidax.spmd) adds module attributes (the
+    # number of partitions) and a header (the device mesh).
+    self.attributes: list[str] = []
+    self.header: list[str] = []
 
   def private_function(self, jaxpr: Jaxpr, name: str) -> str:
     """Lower `jaxpr` once as a private function; returns its symbol."""
@@ -100,8 +104,9 @@ class Module:
     return self._lowered[key][0]
 
   def text(self) -> str:
-    body = "\n".join(self.functions)
-    return f"module @{self.name} {{\n{body}\n}}\n"
+    body = "\n".join([f"  {line}" for line in self.header] + self.functions)
+    attrs = f" attributes {{{', '.join(self.attributes)}}}" if self.attributes else ""
+    return f"module @{self.name}{attrs} {{\n{body}\n}}\n"
 
 
 class LoweringContext:
@@ -147,15 +152,21 @@ class LoweringContext:
     return LoweringContext(self.module, self._counter)
 
 
-def lower_function(module: Module, jaxpr: Jaxpr, name: str, public: bool) -> str:
-  """One `func.func`: constvars then invars are its arguments."""
+def lower_function(module: Module, jaxpr: Jaxpr, name: str, public: bool,
+                   arg_attrs=None, result_attrs=None) -> str:
+  """One `func.func`: constvars then invars are its arguments. `arg_attrs`
+  and `result_attrs` (strings, e.g. a sharding) annotate them."""
   ctx = LoweringContext(module)
   args = [(f"%arg{i}", v) for i, v in enumerate(jaxpr.constvars + jaxpr.invars)]
   env = {v: n for n, v in args}
   outs = lower_jaxpr_body(ctx, jaxpr, env)
-  sig = ", ".join(f"{n}: {mlir_type(v.aval)}" for n, v in args)
-  out_types = ", ".join(mlir_type(x.aval) for x in jaxpr.outvars)
-  ret = f"    return {', '.join(outs)} : {out_types}" if outs else "    return"
+  arg_attrs = arg_attrs or [""] * len(args)
+  result_attrs = result_attrs or [""] * len(jaxpr.outvars)
+  sig = ", ".join(f"{n}: {mlir_type(v.aval)}{a and ' ' + a}" for (n, v), a in zip(args, arg_attrs))
+  out_types = ", ".join(f"{mlir_type(x.aval)}{a and ' ' + a}"
+                        for x, a in zip(jaxpr.outvars, result_attrs))
+  ret_types = ", ".join(mlir_type(x.aval) for x in jaxpr.outvars)
+  ret = f"    return {', '.join(outs)} : {ret_types}" if outs else "    return"
   body = "\n".join(f"    {line}" for line in ctx.lines)
   vis = "public" if public else "private"
   return (f"  func.func {vis} @{name}({sig}) -> ({out_types}) {{\n"

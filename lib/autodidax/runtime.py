@@ -172,3 +172,92 @@ def verify(stablehlo_text: str) -> None:
     module = ir.Module.parse(stablehlo_text)
     if not module.operation.verify():
       raise ValueError("the StableHLO module does not verify")
+
+
+# --- Many devices: per-device buffers and SPMD programs ------------------------------------
+# The chapter "Many devices". An array spread over devices is, for the runtime,
+# one single-device buffer per device; autodidax.sharding says which part of
+# the array each one holds. An SPMD program is compiled once for all the
+# devices of a mesh (XLA's partitioner splits it), and runs on all at once.
+
+def devices(platform: str | None = None) -> list:
+  """The devices of a platform's client (8 CPU devices under
+  XLA_FLAGS=--xla_force_host_platform_device_count=8)."""
+  return list(client(platform).local_devices())
+
+
+def device_put_on(x, dev):
+  """Copy a host array to one given device."""
+  _, _, xc = _jax()
+  x = np.asarray(x)
+  return xc.batched_device_put(_jax_aval(x.shape, x.dtype), xc.SingleDeviceSharding(dev),
+                               [x], [dev], enable_x64=True)
+
+
+def buffer_device(buf):
+  """The device a single-device buffer lives on."""
+  return next(iter(buf.devices()))
+
+
+class SpmdExecutable:
+  """A program compiled for several devices: partition k runs on `devices[k]`."""
+
+  def __init__(self, loaded, devs, platform: str):
+    _, _, xc = _jax()
+    self._loaded, self.devices, self.platform = loaded, devs, platform
+    dl = tuple(devs)
+    shardings = loaded.get_parameter_shardings()   # None for a program on one device
+    self._in_shardings = ([xc.GSPMDSharding(dl, s) for s in shardings] if shardings is not None
+                          else None)
+
+  def execute(self, args: list, in_avals: list) -> list:
+    """`args[i]` holds argument i's buffers, one per device, in the program's
+    device order (each the part of the array that device computes with);
+    the results come back the same way: per output, a buffer per device."""
+    _, _, xc = _jax()
+    shardings = self._in_shardings or [xc.SingleDeviceSharding(self.devices[0])] * len(args)
+    arrays = [xc.ArrayImpl(_jax_aval(tuple(a.shape), np.dtype(a.dtype)), s, list(bufs),
+                           True, True)
+              for bufs, a, s in zip(args, in_avals, shardings)]
+    results = self._loaded.execute_sharded(arrays)
+    return [list(outs) for outs in results.disassemble_into_single_device_arrays()]
+
+  def output_tiles(self) -> list:
+    """How XLA laid out each output: (tile counts per dimension, the device
+    positions in tile order, whether the last tile dimension is replication)."""
+    _, _, xc = _jax()
+    out = []
+    for op in self._loaded.get_output_shardings() or []:
+      s = xc.HloSharding.from_proto(op)
+      if s.is_replicated():
+        out.append(((), list(range(len(self.devices))), False))
+      else:
+        out.append((list(s.tile_assignment_dimensions()), list(s.tile_assignment_devices()),
+                    bool(s.replicate_on_last_tile_dim())))
+    return out
+
+  def hlo_text(self) -> str:
+    """The partitioned HLO: the program each device runs, collectives included."""
+    return self._loaded.hlo_modules()[0].to_string()
+
+  def cost_analysis(self) -> dict:
+    costs = self._loaded.cost_analysis()
+    return dict(costs[0] if isinstance(costs, (list, tuple)) else costs)
+
+
+def compile_spmd(stablehlo_text: str, devs: list, platform: str | None = None) -> SpmdExecutable:
+  """Compile a StableHLO module with sharding annotations (Shardy's `sdy`
+  dialect) for `devs`, one partition per device: XLA's SPMD partitioner
+  turns it into the program every device runs."""
+  _, _, xc = _jax()
+  platform = platform or default_platform()
+  options = xc.CompileOptions()
+  options.num_replicas, options.num_partitions = 1, len(devs)
+  build = options.executable_build_options
+  build.use_spmd_partitioning = True
+  build.use_shardy_partitioner = True
+  options.device_assignment = xc.DeviceAssignment.create(
+      np.array([[d.id for d in devs]]))
+  loaded = client(platform).compile_and_load(stablehlo_text, xc.DeviceList(tuple(devs)),
+                                             options)
+  return SpmdExecutable(loaded, devs, platform)

@@ -12,7 +12,7 @@ import weakref
 
 import numpy as np
 
-from . import ad, batching, core, lowering, runtime
+from . import ad, batching, core, lowering, parallel, runtime
 from .core import (Primitive, ShapedArray, Tracer, abstract_eval_rules, array_types,
                    current_design, impl_rules, raise_to_shaped)
 from .api import shaped_abstractify, split_static
@@ -22,6 +22,11 @@ from .tree_util import LEAF, flatten_fun, tree_flatten, tree_unflatten
 from .util import cache_by_jaxpr
 
 xla_call_p = Primitive("xla_call", multiple_results=True)
+
+# A program for many devices (its jit has shardings, or it holds a shard_map)
+# is lowered, compiled and run by autodidax.spmd, which plugs itself in here
+# when imported (the chapter Many devices). This module knows one device.
+spmd = None
 
 
 # --- Device-resident arrays --------------------------------------------------------------
@@ -121,6 +126,8 @@ def compile_jaxpr(jaxpr: Jaxpr, platform: str, name: str = "jit_fun"):
 
 def _xla_call_impl(*args, jaxpr: Jaxpr, num_consts: int, **params):
   platform = _platform(params)
+  if "mesh" in params:   # a program for many devices (the chapter Many devices)
+    return spmd.execute_jaxpr(jaxpr, args, platform=platform, **params)
   return execute_compiled(compile_jaxpr(jaxpr, platform, params.get("name", "jit_fun")),
                           args, platform)
 
@@ -180,7 +187,7 @@ def _xla_call_jvp(primals, tangents, *, jaxpr, num_consts, **params):
   new_jaxpr, new_consts = jvp_jaxpr(jaxpr)
   tangents = [ad.instantiate_zeros(t) for t in tangents]
   outs = xla_call_p.bind(*new_consts, *primals, *tangents, jaxpr=new_jaxpr,
-                         num_consts=len(new_consts), **params)
+                         num_consts=len(new_consts), **transformed(params))
   n = len(outs) // 2
   return outs[:n], outs[n:]
 
@@ -189,14 +196,19 @@ ad.jvp_rules[xla_call_p] = _xla_call_jvp
 
 
 @cache_by_jaxpr
-def vmap_jaxpr(jaxpr: Jaxpr, axis_size: int, bdims_in: tuple) -> tuple[Jaxpr, list]:
-  """A jaxpr for the batched computation; every output is batched along axis 0."""
+def vmap_jaxpr(jaxpr: Jaxpr, axis_size: int, bdims_in: tuple,
+               axis_name=None) -> tuple[Jaxpr, list]:
+  """A jaxpr for the batched computation; every output is batched along axis 0.
+  (`axis_name`: the batch axis's name, for collectives in `jaxpr`.)"""
   bdims = [batching.not_mapped if d is None else d for d in bdims_in]
 
   def batched(*args):
     # Part 1's batching.vmap_flat; inside a stackless transformation, its own
-    outs, out_dims, _ = current_design().vmap(
-        lambda *xs: eval_jaxpr(jaxpr, [], *xs), bdims, *args)
+    # (named axes: the level-based vmap only)
+    body = lambda *xs: eval_jaxpr(jaxpr, [], *xs)   # noqa: E731
+    outs, out_dims, _ = (
+        current_design().vmap(body, bdims, *args) if axis_name is None else
+        batching.vmap_flat(body, bdims, *args, axis_name=axis_name, axis_size=axis_size))
     return [batching.move_batch_axis(axis_size, d, 0, x) for x, d in zip(outs, out_dims)]
 
   in_avals = [a if d is None else a.update(shape=a.shape[:d] + (axis_size,) + a.shape[d:])
@@ -208,11 +220,33 @@ def _xla_call_vmap(axis_size, vals_in, dims_in, *, jaxpr, num_consts, **params):
   dims = tuple(None if d is batching.not_mapped else d for d in dims_in)
   new_jaxpr, new_consts = vmap_jaxpr(jaxpr, axis_size, dims)
   outs = xla_call_p.bind(*new_consts, *vals_in, jaxpr=new_jaxpr,
-                         num_consts=len(new_consts), **params)
+                         num_consts=len(new_consts), **transformed(params))
   return outs, [0] * len(outs)
 
 
 batching.vmap_rules[xla_call_p] = _xla_call_vmap
+
+
+def _xla_call_vmap_named(axis_data, vals_in, dims_in, *, jaxpr, num_consts, **params):
+  """Under vmap(axis_name=...), the jaxpr is batched under the same name, so a
+  collective over it inside becomes array code (see the chapter Many devices)."""
+  dims = tuple(None if d is batching.not_mapped else d for d in dims_in)
+  new_jaxpr, new_consts = vmap_jaxpr(jaxpr, axis_data.size, dims, axis_data.name)
+  outs = xla_call_p.bind(*new_consts, *vals_in, jaxpr=new_jaxpr,
+                         num_consts=len(new_consts), **transformed(params))
+  return outs, [0] * len(outs)
+
+
+batching.axis_vmap_rules[xla_call_p] = _xla_call_vmap_named
+
+
+def transformed(params) -> dict:
+  """The params of an xla_call that a rule transforms. A sharded jit keeps
+  its mesh, but its new inputs and outputs are other arrays than the ones
+  `in_shardings` and `out_shardings` describe: XLA's partitioner lays them out."""
+  if "in_shardings" not in params:
+    return params
+  return {k: v for k, v in params.items() if k not in ("in_shardings", "out_shardings")}
 
 
 def closed_to_call_jaxpr(jaxpr: Jaxpr, consts) -> tuple[Jaxpr, list]:
@@ -227,6 +261,8 @@ class _Traced:
 
   def __init__(self, jaxpr, consts, out_tree):
     self.jaxpr, self.consts, self.out_tree = jaxpr, consts, out_tree
+    self.mesh = None   # a program for many devices: its mesh, and a layout per
+    self.in_shardings = self.out_shardings = None   # input and output (or None)
 
 
 def _fast_signature(args):
@@ -280,12 +316,15 @@ class jit:
   Arguments in `static_argnums` (or named in `static_argnames`) are part of
   the signature by value and type (they must be hashable). `platform` picks
   the XLA backend ('cpu', 'gpu'); the default comes from $AUTODIDAX_PLATFORM,
-  else 'cpu'.
+  else 'cpu'. `in_shardings` and `out_shardings` (NamedShardings, or pytree
+  prefixes of the arguments and outputs holding them) make it one program
+  for the devices of their mesh, partitioned by XLA (the chapter Many devices).
   """
 
   def __init__(self, fun, static_argnums=(), static_argnames=(),
-               platform: str | None = None):
+               platform: str | None = None, in_shardings=None, out_shardings=None):
     self.fun = fun
+    self.in_shardings, self.out_shardings = in_shardings, out_shardings
     self.static_argnums, self.static_argnames = _static_args(fun, static_argnums,
                                                              static_argnames)
     self.platform = platform
@@ -305,7 +344,8 @@ class jit:
                       "pass tuples instead of lists or arrays") from None
     args_flat, in_tree = tree_flatten(dyn_args)
     in_avals = tuple(shaped_abstractify(x) for x in args_flat)
-    key = (in_tree, in_avals, _static_key(statics))
+    # The named axes in scope are part of the key: pmean(x, 'i') divides by 'i's size.
+    key = (in_tree, in_avals, _static_key(statics), parallel.bound_axes())
     traced = self._cache.get(key)
     if traced is None:
       flat_fun, out_tree = flatten_fun(fun_dyn, in_tree)
@@ -315,6 +355,8 @@ class jit:
       consts = [c.copy() if type(c) is np.ndarray else c for c in consts]
       typecheck_jaxpr(jaxpr)
       traced = _Traced(jaxpr, consts, out_tree())
+      if spmd is not None:   # shardings or a shard_map: a program for many devices
+        spmd.specialize(self, traced, dyn_args)
       self.trace_count += 1
       if not any(isinstance(c, Tracer) for c in consts):   # outer tracers go stale
         self._cache[key] = traced
@@ -324,6 +366,9 @@ class jit:
     params = dict(jaxpr=traced.jaxpr, num_consts=len(traced.consts), name=f"jit_{self.__name__}")
     if self.platform:
       params["platform"] = self.platform
+    if traced.mesh is not None:
+      params.update(mesh=traced.mesh, in_shardings=traced.in_shardings,
+                    out_shardings=traced.out_shardings)
     return params
 
   def __call__(self, *args, **kwargs):
@@ -333,7 +378,8 @@ class jit:
       return self._call_fast(hit, args)
     traced, args_flat = self._specialize(args, kwargs)
     outs = xla_call_p.bind(*traced.consts, *args_flat, **self._params(traced))
-    if sig is not None and not any(isinstance(c, Tracer) for c in traced.consts):
+    if (sig is not None and not any(isinstance(c, Tracer) for c in traced.consts)
+        and not parallel.bound_axes() and traced.mesh is None):
       self._fast[sig] = traced, {}   # next time, take the fast path
     return tree_unflatten(traced.out_tree, outs)
 
@@ -357,16 +403,19 @@ class jit:
 
   def lower(self, *args) -> "Lowered":
     """Ahead of time: trace and lower for these arguments (or specs), no run."""
-    traced, _ = self._specialize(args)
-    return Lowered(traced, self._params(traced))
+    traced, args_flat = self._specialize(args)
+    return Lowered(traced, self._params(traced), args_flat)
 
   def __repr__(self):
     return f"jit({self.__name__})"
 
 
 class Lowered:
-  def __init__(self, traced: _Traced, params: dict):
+  def __init__(self, traced: _Traced, params: dict, args_flat=()):
     self._traced, self._params = traced, params
+    if traced.mesh is not None:   # each input's layout, as a call with these arguments
+      self._params = dict(params, in_shardings=spmd.resolve_in_shardings(
+          traced.mesh, traced.in_shardings, [*traced.consts, *args_flat]))
 
   @property
   def jaxpr(self) -> ClosedJaxpr:
@@ -377,6 +426,10 @@ class Lowered:
 
   def as_text(self) -> str:
     """The StableHLO module we hand to XLA."""
+    if self._traced.mesh is not None:
+      p = self._params
+      return spmd.lower_spmd(self._traced.jaxpr, p["name"], p["mesh"], p["in_shardings"],
+                             p["out_shardings"])
     return lowering.lower_jaxpr(self._traced.jaxpr, self._params["name"])
 
   def compile(self) -> "Compiled":
@@ -387,10 +440,15 @@ class Compiled:
   def __init__(self, traced: _Traced, params: dict):
     self._traced, self._params = traced, params
     self.platform = _platform(params)
-    self._exe = compile_jaxpr(traced.jaxpr, self.platform, params["name"])
+    if traced.mesh is not None:   # compiled for a mesh, partitioned by XLA
+      self._exe = spmd.program(traced.jaxpr, params["name"], params["mesh"],
+                               params["in_shardings"], params["out_shardings"], self.platform)
+    else:
+      self._exe = compile_jaxpr(traced.jaxpr, self.platform, params["name"])
 
   def as_text(self) -> str:
-    """XLA's optimized HLO: what actually runs, after fusion."""
+    """XLA's optimized HLO: what actually runs, after fusion (for a mesh, the
+    program each device runs, after partitioning)."""
     return self._exe.hlo_text()
 
   def cost_analysis(self) -> dict:
@@ -430,6 +488,7 @@ def _xla_call_partial_eval(trace, tracers, *, jaxpr, num_consts, **params):
   unknowns = [t.pval.is_unknown for t in tracers]
   jaxpr1, jaxpr2, out_unknowns, num_res = pe.partial_eval_jaxpr(jaxpr, unknowns)
   known_in = [t.pval.const for t in tracers if t.pval.is_known]
+  params = transformed(params)
   outs1_res = xla_call_p.bind(*known_in, jaxpr=jaxpr1, num_consts=0, **params)
   n_known_out = len(jaxpr1.outvars) - num_res
   outs1, residuals = outs1_res[:n_known_out], outs1_res[n_known_out:]
@@ -453,9 +512,10 @@ def _xla_call_partial_eval_jaxpr(unknowns, eqn):
   outs1 = [v for v, uk in zip(eqn.out_binders, out_unknowns) if not uk]
   outs2 = [v for v, uk in zip(eqn.out_binders, out_unknowns) if uk]
   residuals = [Var(v.aval) for v in jaxpr2.invars[:num_res]]
-  eqn1 = JaxprEqn(xla_call_p, ins1, dict(eqn.params, jaxpr=jaxpr1, num_consts=0),
+  params = transformed(eqn.params)
+  eqn1 = JaxprEqn(xla_call_p, ins1, dict(params, jaxpr=jaxpr1, num_consts=0),
                   outs1 + residuals)
-  eqn2 = JaxprEqn(xla_call_p, residuals + ins2, dict(eqn.params, jaxpr=jaxpr2, num_consts=0),
+  eqn2 = JaxprEqn(xla_call_p, residuals + ins2, dict(params, jaxpr=jaxpr2, num_consts=0),
                   outs2)
   return eqn1, eqn2, out_unknowns, residuals
 
@@ -484,7 +544,7 @@ def _xla_call_transpose(cts, *invals, jaxpr, num_consts, **params):
   residuals = [x for x in invals if not ad.is_undefined_primal(x)]
   cts = [ad.instantiate_zeros(ct) for ct in cts]
   outs = iter(xla_call_p.bind(*t_consts, *residuals, *cts, jaxpr=t_jaxpr,
-                              num_consts=len(t_consts), **params))
+                              num_consts=len(t_consts), **transformed(params)))
   return [next(outs) if u else None for u in undefined]
 
 

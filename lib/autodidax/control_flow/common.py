@@ -312,19 +312,43 @@ def nonzero_mask(tangents) -> list:
 
 # --- Batching a jaxpr, shared by the three rules --------------------------------------------
 
-@cache_by_jaxpr
 def batch_jaxpr(jaxpr: Jaxpr, axis_size: int, in_batched: tuple, force: tuple):
   """A jaxpr over inputs batched at axis 0 (where `in_batched`). Outputs that
   are batched, or `force`d, come out batched at axis 0 (`in_batched` and
   `force`: tuples of bools). Returns (jaxpr, consts, out_batched); the
   jaxpr takes `consts` first."""
+  return _batch_jaxpr(jaxpr, axis_size, in_batched, force, _axis_name)
+
+
+# The name of the vmap whose rule is batching a sub-jaxpr (None: unnamed). A
+# named vmap calls the same rules through `named_axis_rule`, which sets it, so
+# that collectives over the name inside cond, while and scan find their vmap.
+_axis_name = None
+
+
+def named_axis_rule(rule):
+  """`rule(axis_size, ...)` as a rule of batching.axis_vmap_rules."""
+  def named(axis_data, vals_in, dims_in, **params):
+    global _axis_name
+    prev, _axis_name = _axis_name, axis_data.name
+    try:
+      return rule(axis_data.size, vals_in, dims_in, **params)
+    finally:
+      _axis_name = prev
+  return named
+
+
+@cache_by_jaxpr
+def _batch_jaxpr(jaxpr: Jaxpr, axis_size: int, in_batched: tuple, force: tuple, axis_name):
   out_b: list = []
 
   def fun(*args):
-    if any(in_batched):
+    if any(in_batched) or axis_name is not None:
       dims = [0 if b else not_mapped for b in in_batched]
-      outs, dims_out, _ = current_design().vmap(
-          lambda *xs: eval_jaxpr(jaxpr, [], *xs), dims, *args)
+      body = lambda *xs: eval_jaxpr(jaxpr, [], *xs)   # noqa: E731
+      outs, dims_out, _ = (   # (named axes: the level-based vmap only)
+          current_design().vmap(body, dims, *args) if axis_name is None else
+          batching.vmap_flat(body, dims, *args, axis_name=axis_name, axis_size=axis_size))
     else:
       outs = eval_jaxpr(jaxpr, [], *args)
       dims_out = [not_mapped] * len(outs)

@@ -16,7 +16,8 @@ from ..tree_util import tree_flatten, tree_unflatten
 from ..xla import transpose_jaxpr
 from .common import (as_closed, at_axis0, avals_str, batch_jaxpr, clamp, is_float,
                      join_consts, jvp_jaxpr, lower_region, nonzero_mask, result_names,
-                     return_op, same_type, select_n, trace_flat, trace_tree, zeros_of)
+                     named_axis_rule, return_op, same_type, select_n, trace_flat, trace_tree,
+                     zeros_of)
 
 
 # --- cond and switch ---------------------------------------------------------------------------
@@ -177,6 +178,7 @@ def _cond_vmap_batched_index(axis_size, index, ops, in_batched, branches):
 
 
 batching.vmap_rules[cond_p] = _cond_vmap
+batching.axis_vmap_rules[cond_p] = named_axis_rule(_cond_vmap)   # Many devices
 
 
 def _cond_lowering(ctx, index, *args, branches):

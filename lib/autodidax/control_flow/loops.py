@@ -15,7 +15,7 @@ from ..lowering import mlir_type
 from ..tree_util import tree_flatten, tree_unflatten
 from .common import (avals_str, as_closed, convert_leaves, is_float, jvp_jaxpr, nonzero_mask,
                      permute_invars, lower_region, result_names, return_op, same_type, at_axis0, trace_flat,
-                     trace_tree, batch_jaxpr, weak_fix, select_n)
+                     trace_tree, batch_jaxpr, weak_fix, select_n, named_axis_rule)
 
 
 # --- while_loop and fori_loop ---------------------------------------------------------------------
@@ -221,6 +221,7 @@ def _while_vmap(axis_size, vals_in, dims_in, *, cond_jaxpr, body_jaxpr, cond_nco
 
 
 batching.vmap_rules[while_p] = _while_vmap
+batching.axis_vmap_rules[while_p] = named_axis_rule(_while_vmap)   # Many devices
 
 
 def _while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts):
@@ -492,6 +493,7 @@ def _scan_vmap(axis_size, vals_in, dims_in, *, jaxpr, num_consts, num_carry, len
 
 
 batching.vmap_rules[scan_p] = _scan_vmap
+batching.axis_vmap_rules[scan_p] = named_axis_rule(_scan_vmap)   # Many devices
 
 
 def _scan_lowering(ctx, *args, jaxpr, num_consts, num_carry, length, reverse):

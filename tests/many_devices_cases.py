@@ -1,0 +1,380 @@
+"""The multi-device cases of test_many_devices.py, run in their own process.
+
+    XLA_FLAGS=--xla_force_host_platform_device_count=8 python tests/many_devices_cases.py
+
+The flag must be set before any XLA client starts, so these run here, in a
+fresh process, rather than in pytest's (where other tests already started
+a one-device client). Each case compares autodidax with JAX (its Auto axis
+types) on the same program; the script prints one JSON object, {case: "ok"
+or what went wrong}, as its last line.
+"""
+import json
+import os
+import sys
+import traceback
+
+assert "--xla_force_host_platform_device_count=8" in os.environ.get("XLA_FLAGS", ""), \
+    "run with XLA_FLAGS=--xla_force_host_platform_device_count=8"
+
+import numpy as np  # noqa: E402
+
+import autodidax as adx  # noqa: E402
+import autodidax.numpy as anp  # noqa: E402
+from autodidax import lax  # noqa: E402
+from autodidax.sharding import NamedSharding, P  # noqa: E402
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+from jax import lax as jlax  # noqa: E402
+
+AUTO = jax.sharding.AxisType.Auto
+RNG = np.random.default_rng(0)
+CASES = {}
+
+
+def case(fn):
+  CASES[fn.__name__] = fn
+  return fn
+
+
+def close(a, b, rtol=1e-5, atol=1e-5):
+  a, b = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
+  assert len(a) == len(b), f"{len(a)} outputs against JAX's {len(b)}"
+  for x, y in zip(a, b):
+    x, y = np.asarray(x), np.asarray(y)
+    assert x.shape == y.shape, f"shape {x.shape}, JAX's {y.shape}"
+    np.testing.assert_allclose(x, y, rtol=rtol, atol=atol)
+
+
+def f32(*shape):
+  return RNG.normal(size=shape).astype(np.float32)
+
+
+def meshes(shape, names):
+  """The same mesh in autodidax and in JAX."""
+  return (adx.make_mesh(shape, names),
+          jax.make_mesh(shape, names, axis_types=(AUTO,) * len(names)))
+
+
+def both(make, *args, rtol=1e-5):
+  """Run `make(L)`, a function built from library L (autodidax's or JAX's
+  lax, numpy, shard_map, P and mesh), in both and compare."""
+  ours = make(OURS)(*args)
+  theirs = make(THEIRS)(*[jnp.asarray(a) for a in args])
+  close(ours, theirs, rtol=rtol)
+  return ours, theirs
+
+
+class Lib:
+  def __init__(self, **kw):
+    self.__dict__.update(kw)
+
+
+M1, JM1 = meshes((8,), ("i",))
+M2, JM2 = meshes((4, 2), ("data", "model"))
+OURS = Lib(lax=lax, np=anp, shard_map=adx.shard_map, P=P, m1=M1, m2=M2, grad=adx.grad,
+           jit=adx.jit, vmap=adx.vmap, kw={})
+THEIRS = Lib(lax=jlax, np=jnp, shard_map=jax.shard_map, P=jax.P, m1=JM1, m2=JM2,
+             grad=jax.grad, jit=jax.jit, vmap=jax.vmap, kw={"check_vma": False})
+
+
+def smap(L, f, mesh, in_specs, out_specs):
+  return L.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs, **L.kw)
+
+
+# --- Devices and layouts -----------------------------------------------------------------------
+
+@case
+def devices_and_mesh():
+  assert len(adx.devices()) == 8 and [d.id for d in adx.devices()] == list(range(8))
+  assert M2.shape == {"data": 4, "model": 2} and M2.size == 8
+
+
+@case
+def device_put_shards_like_jax():
+  x = f32(8, 8)
+  for spec in [P("data", "model"), P("model"), P(None, "data"), P(("data", "model")),
+               P(("model", "data"), None), P()]:
+    ours = adx.device_put(x, NamedSharding(M2, spec))
+    theirs = jax.device_put(x, jax.sharding.NamedSharding(JM2, jax.P(*spec)))
+    got = sorted((s.device.id, s.index, s.replica_id) for s in ours.addressable_shards)
+    want = sorted((s.device.id, s.index, s.replica_id) for s in theirs.addressable_shards)
+    assert got == want, (spec, got, want)
+    for s in ours.addressable_shards:
+      np.testing.assert_array_equal(np.asarray(s.data), x[s.index])
+    np.testing.assert_array_equal(np.asarray(ours), x)
+
+
+# --- Collectives in shard_map, on a 1-D and a 2-D mesh ---------------------------------------
+
+@case
+def collectives_1d():
+  x = f32(16, 3)
+  ring = [(k, (k + 1) % 8) for k in range(8)]
+  programs = {
+      "psum": (lambda L: lambda v: L.lax.psum(v, "i"), P(None)),
+      "pmean": (lambda L: lambda v: L.lax.pmean(v, "i"), P(None)),
+      "pmax": (lambda L: lambda v: L.lax.pmax(v, "i"), P(None)),
+      "pmin": (lambda L: lambda v: L.lax.pmin(v, "i"), P(None)),
+      "all_gather": (lambda L: lambda v: L.lax.all_gather(v, "i"), P(None)),
+      "all_gather tiled axis 1": (lambda L: lambda v: L.lax.all_gather(v, "i", axis=1,
+                                                                       tiled=True), P()),
+      "ppermute ring": (lambda L: lambda v: L.lax.ppermute(v, "i", ring), P("i")),
+      "ppermute partial": (lambda L: lambda v: L.lax.ppermute(v, "i", [(0, 3), (5, 1)]),
+                           P("i")),
+      "axis_index": (lambda L: lambda v: v * L.lax.axis_index("i"), P("i")),
+  }
+  for name, (body, out) in programs.items():
+    try:
+      both(lambda L: smap(L, body(L), L.m1, L.P("i"), out if L is OURS else L.P(*out)), x)
+    except Exception as e:
+      raise AssertionError(f"{name}: {e}") from e
+  y = f32(64, 3)
+  both(lambda L: smap(L, lambda v: L.lax.psum_scatter(v, "i", tiled=True), L.m1, L.P(),
+                      L.P("i")), y)
+  both(lambda L: smap(L, lambda v: L.lax.psum_scatter(v, "i"), L.m1, L.P(), L.P("i")),
+       f32(8, 3))
+
+
+@case
+def collectives_2d():
+  x = f32(8, 6)
+  spec = lambda L: L.P("data", "model")
+  for name, body, out in [
+      ("psum data", lambda L: lambda v: L.lax.psum(v, "data"), (None, "model")),
+      ("psum model", lambda L: lambda v: L.lax.psum(v, "model"), ("data",)),
+      ("psum both", lambda L: lambda v: L.lax.psum(v, ("data", "model")), ()),
+      ("pmean both", lambda L: lambda v: L.lax.pmean(v, ("model", "data")), ()),
+      ("all_gather both", lambda L: lambda v: L.lax.all_gather(v, ("data", "model")), ()),
+      ("all_gather both tiled", lambda L: lambda v: L.lax.all_gather(
+          v, ("model", "data"), axis=1, tiled=True), ()),
+      ("axis_index both", lambda L: lambda v: v + L.lax.axis_index(("data", "model")),
+       ("data", "model")),
+      ("ppermute model", lambda L: lambda v: L.lax.ppermute(v, "model", [(0, 1), (1, 0)]),
+       ("data", "model")),
+  ]:
+    try:
+      both(lambda L: smap(L, body(L), L.m2, spec(L), L.P(*out)), x)
+    except Exception as e:
+      raise AssertionError(f"{name}: {e}") from e
+  both(lambda L: smap(L, lambda v: L.lax.psum_scatter(v, ("data", "model"), tiled=True),
+                      L.m2, L.P(), L.P(("data", "model"))), f32(16, 2))
+
+
+# --- Derivatives: the transposes of the collectives, and of shard_map ----------------------
+
+@case
+def grads_through_collectives():
+  x, w = f32(16, 3), f32(16, 3)
+  ring = [(k, (k + 3) % 8) for k in range(8)]
+  bodies = {
+      "psum": lambda L: lambda v, u: L.lax.psum(v * u, "i"),
+      "pmean of squares": lambda L: lambda v, u: L.lax.pmean((v * v).sum() * u, "i"),
+      "all_gather": lambda L: lambda v, u: L.lax.all_gather(v, "i", tiled=True)[:2] * u,
+      "ppermute": lambda L: lambda v, u: L.lax.ppermute(v * u, "i", ring),
+      "psum_scatter": lambda L: lambda v, u: L.lax.psum_scatter(
+          L.np.concatenate([v * k for k in range(8)]) * L.np.sin(u).sum(), "i", tiled=True),
+  }
+  for name, body in bodies.items():
+    def loss(L, body=body):
+      f = smap(L, body(L), L.m1, (L.P("i"), L.P("i")), L.P("i"))
+      return lambda v, u: (L.np.sin(f(v, u)) * L.np.arange(16.)[:, None]).sum()
+    try:
+      both(lambda L: L.grad(loss(L), argnums=(0, 1)), x, w, rtol=1e-4)
+      both(lambda L: L.jit(L.grad(loss(L), argnums=(0, 1))), x, w, rtol=1e-4)
+    except Exception as e:
+      raise AssertionError(f"{name}: {e}") from e
+
+
+@case
+def grad_of_replicated_input_and_output():
+  # w is whole on every device (P()), the output too: the transpose's boundary terms
+  x, w = f32(16, 4), f32(4)
+  def make(L):
+    f = smap(L, lambda v, u: L.lax.psum(L.np.tanh(v @ u).sum(), "i") * u, L.m1,
+             (L.P("i"), L.P()), L.P())
+    return L.grad(lambda v, u: (f(v, u) ** 2).sum(), argnums=(0, 1))
+  both(make, x, w)
+
+
+@case
+def jit_vmap_jvp_linearize_of_shard_map():
+  x = f32(16, 3)
+  def f(L):
+    return smap(L, lambda v: L.lax.psum(L.np.sin(v), "i") * v, L.m1, L.P("i"), L.P("i"))
+  both(lambda L: L.jit(f(L)), x)
+  both(lambda L: L.vmap(f(L), in_axes=1, out_axes=1), x)
+  both(lambda L: L.vmap(L.jit(f(L))), np.stack([x, 2 * x]))
+  t = f32(16, 3)
+  ours = adx.jvp(f(OURS), (x,), (t,))
+  theirs = jax.jvp(f(THEIRS), (jnp.asarray(x),), (jnp.asarray(t),))
+  close(ours, theirs)
+  y, f_lin = adx.linearize(f(OURS), x)
+  yj, f_linj = jax.linearize(f(THEIRS), jnp.asarray(x))
+  close((y, f_lin(t)), (yj, f_linj(jnp.asarray(t))))
+
+
+@case
+def named_vmap_inside_shard_map():
+  x = f32(16, 5)
+  both(lambda L: smap(L, L.vmap(lambda v: L.lax.psum(v, ("b", "i")), axis_name="b"),
+                      L.m1, L.P("i"), L.P()), x)
+
+
+# --- Training steps: data parallel, then data + model parallel ---------------------------------
+
+def init_mlp(din=6, dh=8, dout=3):
+  return {"W1": f32(din, dh) * .5, "b1": f32(dh) * .1, "W2": f32(dh, dout) * .5,
+          "b2": f32(dout) * .1}
+
+
+def mlp_loss(L, params, x, y):
+  h = L.np.tanh(x @ params["W1"] + params["b1"])
+  out = h @ params["W2"] + params["b2"]
+  return ((out - y) ** 2).mean()
+
+
+def sgd(params, grads, lr=0.1):
+  return {k: params[k] - lr * grads[k] for k in params}
+
+
+def dp_step(L, mesh):
+  """Each device: its slice of the batch; the gradients averaged over "data"."""
+  def local(params, x, y):
+    grads = L.grad(lambda p: mlp_loss(L, p, x, y))(params)
+    return sgd(params, L.lax.pmean(grads, "data"))
+  return smap(L, local, mesh, (L.P(), L.P("data"), L.P("data")), L.P())
+
+
+@case
+def data_parallel_step_equals_one_device_step():
+  params, x, y = init_mlp(), f32(32, 6), f32(32, 3)
+  one_device = sgd(params, adx.grad(lambda p: mlp_loss(OURS, p, x, y))(params))
+  mesh8 = adx.make_mesh((8,), ("data",))
+  jmesh8 = jax.make_mesh((8,), ("data",), axis_types=(AUTO,))
+  ours = adx.jit(dp_step(OURS, mesh8))(params, x, y)
+  close(ours, one_device, rtol=1e-5, atol=1e-6)
+  theirs = jax.jit(dp_step(THEIRS, jmesh8))(params, x, y)
+  close(ours, theirs)
+  step, jstep = adx.jit(dp_step(OURS, mesh8)), jax.jit(dp_step(THEIRS, jmesh8))
+  for _ in range(3):   # a few more steps stay together
+    ours, theirs = step(ours, x, y), jstep(theirs, x, y)
+  close(ours, theirs, rtol=1e-4, atol=1e-5)
+
+
+def dp_mp_step(L, mesh):
+  """Batch over "data"; W1's columns and W2's rows over "model" (each device
+  holds a slice of the hidden layer), so the output needs a psum over "model".
+  The gradient is of the whole sharded loss: shard_map's transpose."""
+  def local_loss(p, x, y):
+    h = L.np.tanh(x @ p["W1"] + p["b1"])
+    out = L.lax.psum(h @ p["W2"], "model") + p["b2"]
+    return L.lax.pmean(((out - y) ** 2).mean(), "data")
+  specs = {"W1": L.P(None, "model"), "b1": L.P("model"), "W2": L.P("model", None),
+           "b2": L.P()}
+  loss = L.shard_map(local_loss, mesh=mesh, in_specs=(specs, L.P("data"), L.P("data")),
+                     out_specs=L.P())   # JAX with its default checks (check_vma=True)
+
+  def step(params, x, y):
+    return sgd(params, L.grad(loss)(params, x, y)), loss(params, x, y)
+  return step
+
+
+@case
+def data_and_model_parallel_step():
+  params, x, y = init_mlp(), f32(32, 6), f32(32, 3)
+  one_device = sgd(params, adx.grad(lambda p: mlp_loss(OURS, p, x, y))(params))
+  ours, loss = adx.jit(dp_mp_step(OURS, M2))(params, x, y)
+  close(ours, one_device, rtol=1e-5, atol=1e-6)
+  close(loss, mlp_loss(OURS, params, x, y))
+  theirs, jloss = jax.jit(dp_mp_step(THEIRS, JM2))(params, x, y)
+  close((ours, loss), (theirs, jloss))
+  assert ours["W1"].sharding.spec == P(None, "model")
+
+
+# --- jit with shardings: XLA's partitioner ----------------------------------------------------------
+
+@case
+def sharded_jit_lays_out_outputs_over_8_devices():
+  x, w = f32(16, 6), f32(6, 4)
+  ins = lambda L, NS: (NS(L.m2, L.P("data", None)), NS(L.m2, L.P(None, "model")))
+  f = lambda L: lambda a, b: L.np.tanh(a @ b)
+  ours = adx.jit(f(OURS), in_shardings=ins(OURS, NamedSharding))(x, w)
+  theirs = jax.jit(f(THEIRS), in_shardings=ins(THEIRS, jax.sharding.NamedSharding))(x, w)
+  close(ours, theirs)
+  assert ours.sharding.spec.normalized(2) == P("data", "model").normalized(2), ours.sharding
+  got = sorted((s.device.id, s.index) for s in ours.addressable_shards)
+  want = sorted((s.device.id, s.index) for s in theirs.addressable_shards)
+  assert got == want and len(got) == 8
+  for s in ours.addressable_shards:
+    np.testing.assert_allclose(np.asarray(s.data), np.asarray(theirs)[s.index], rtol=1e-5)
+  out = NamedSharding(M2, P("model"))
+  red = adx.jit(lambda a, b: anp.tanh(a @ b).sum(0), in_shardings=ins(OURS, NamedSharding),
+                out_shardings=out)
+  y = red(x, w)
+  assert y.sharding.spec == P("model") and len(y.addressable_shards) == 8
+  close(y, np.tanh(x @ w).sum(0))
+  hlo = red.lower(x, w).compile().as_text()
+  assert "all-reduce" in hlo and "f32[4,6]" in hlo, hlo   # each device: 4 rows of x
+  text = red.lower(x, w).as_text()
+  assert 'sdy.mesh @mesh = <["data"=4, "model"=2]>' in text, text
+
+
+@case
+def sharded_jit_training_step_equals_one_device():
+  params, x, y = init_mlp(), f32(32, 6), f32(32, 3)
+  def step(p, xb, yb):
+    return sgd(p, adx.grad(lambda q: mlp_loss(OURS, q, xb, yb))(p))
+  want = step(params, x, y)
+  rep, batch = NamedSharding(M2, P()), NamedSharding(M2, P("data"))
+  ours = adx.jit(step, in_shardings=(rep, batch, batch), out_shardings=rep)(params, x, y)
+  close(ours, want, rtol=1e-5, atol=1e-6)
+  hlo = adx.jit(step, in_shardings=(rep, batch, batch)).lower(params, x, y).compile().as_text()
+  assert "all-reduce" in hlo, hlo
+
+
+@case
+def sharded_jit_under_transformations():
+  """A transformed sharded jit keeps its mesh; XLA lays out its new values."""
+  x, w = f32(16, 8), f32(8, 12)
+  S = lambda *spec: NamedSharding(M2, P(*spec))
+  f = adx.jit(lambda a, b: anp.tanh(a @ b).sum(), in_shardings=(S("data"), S(None, "model")))
+  plain = lambda a, b: anp.tanh(a @ b).sum()
+  close(adx.grad(f, argnums=(0, 1))(x, w), adx.grad(plain, argnums=(0, 1))(x, w))
+  close(adx.vmap(f, in_axes=(0, None))(np.stack([x, -x]), w),
+        np.array([np.tanh(x @ w).sum(), np.tanh(-x @ w).sum()]))
+  close(adx.jvp(f, (x, w), (x, w)), adx.jvp(plain, (x, w), (x, w)))
+  theirs = jax.grad(jax.jit(lambda a, b: jnp.tanh(a @ b).sum(), in_shardings=(
+      jax.sharding.NamedSharding(JM2, jax.P("data")),
+      jax.sharding.NamedSharding(JM2, jax.P(None, "model")))), argnums=1)(x, w)
+  close(adx.grad(f, argnums=1)(x, w), theirs, rtol=1e-4)
+
+
+@case
+def sharded_arrays_flow_between_programs():
+  x = adx.device_put(f32(16, 4), NamedSharding(M2, P("data")))
+  f = adx.shard_map(lambda v: v * 2., mesh=M2, in_specs=P("data"), out_specs=P("data"))
+  y = f(x)
+  z = adx.jit(lambda v: v + 1.)(y)   # a one-device program: gathers it
+  close(z, np.asarray(x) * 2 + 1)
+  g = adx.jit(adx.shard_map(lambda v: lax.psum(v, "data"), mesh=M2, in_specs=P("data"),
+                            out_specs=P()))
+  close(g(y), (np.asarray(x) * 2).reshape(4, 4, 4).sum(0))
+
+
+def main():
+  only = sys.argv[1:]
+  results = {}
+  for name, fn in CASES.items():
+    if only and name not in only:
+      continue
+    try:
+      fn()
+      results[name] = "ok"
+    except Exception:  # noqa: BLE001 (each case reports its own failure)
+      results[name] = traceback.format_exc(limit=6)[-3000:]
+  print(json.dumps(results))
+
+
+if __name__ == "__main__":
+  main()
