@@ -13,6 +13,8 @@ these helpers only decide how its results look on the page:
   are accepted as they are).
 - `without_metadata(hlo)`: compiled HLO without the `metadata={...}` that
   XLA attaches to every instruction (source file and line).
+- `fold(text)`: lines longer than the page's code column folded at a space,
+  the rest indented under the line's own start.
 - `trace_log()`: `viz.trace` prints tracers as `jvp@2 f64[]=2.0` (the
   interpreter, its level, the abstract value and, when known, the value)
   instead of their full repr.
@@ -30,14 +32,16 @@ TOKEN = re.compile(r"\s+|[\w.]+|.")
 class Panes:
   """Titled panes in a grid: side by side while they fit, stacked when not."""
 
-  def __init__(self, titles, bodies, widths, text):
+  def __init__(self, titles, bodies, widths, text, diff=False):
     self.titles, self.bodies, self.widths, self.text = titles, bodies, widths, text
+    self.diff = diff
 
   def _repr_html_(self):
     width = max(self.widths)
     cells = "".join(f'<figure class="adx-pane"><figcaption>{html.escape(t)}</figcaption>'
                     f"{b}</figure>" for t, b in zip(self.titles, self.bodies))
-    return f'<div class="adx-compare" style="--adx-pane:{width}">{cells}</div>'
+    kind = "adx-compare adx-diffed" if self.diff else "adx-compare"
+    return f'<div class="{kind}" style="--adx-pane:{width}">{cells}</div>'
 
   def __repr__(self):
     return self.text
@@ -63,8 +67,18 @@ def _line_html(line: str, marks=()) -> str:
   return f'<span class="adx-l" style="--adx-i:{indent}ch">{"".join(out) or " "}</span>'
 
 
+MAX_LINES, HEAD_LINES = 40, 24   # as book/_ext/long_outputs.py folds outputs
+
+
 def _pre(lines_html) -> str:
-  return f'<pre class="adx-code adx-wrap">{"".join(lines_html)}</pre>'
+  """A pane's lines; past MAX_LINES, the rest folded behind a toggle."""
+  lines = list(lines_html)
+  pre = lambda ls: f'<pre class="adx-code adx-wrap">{"".join(ls)}</pre>'
+  if len(lines) <= MAX_LINES:
+    return pre(lines)
+  rest = lines[HEAD_LINES:]
+  return (pre(lines[:HEAD_LINES]) + f'<details class="adx-more"><summary>show the other '
+          f"{len(rest)} lines</summary>{pre(rest)}</details>")
 
 
 def _token_marks(a: str, b: str):
@@ -111,7 +125,8 @@ def compare(ours, theirs, titles=("autodidax", "JAX")) -> Panes:
   a, b = _text(ours).split("\n"), _text(theirs).split("\n")
   html_a, html_b = _diff(a, b)
   text = "\n\n".join(f"--- {t}\n{s}" for t, s in zip(titles, (_text(ours), _text(theirs))))
-  return Panes(list(titles), [_pre(html_a), _pre(html_b)], [_width_ch(a), _width_ch(b)], text)
+  return Panes(list(titles), [_pre(html_a), _pre(html_b)], [_width_ch(a), _width_ch(b)], text,
+               diff=True)
 
 
 def _body(x):
@@ -153,6 +168,22 @@ def without_metadata(hlo: str) -> str:
   return METADATA.sub("", hlo)
 
 
+def fold(text: str, width: int = 100) -> str:
+  """`text` with each line over `width` characters folded at spaces; the
+  continuation lines are indented four more than the line they continue."""
+  import textwrap
+  out = []
+  for line in _text(text).split("\n"):
+    if len(line) <= width:
+      out.append(line)
+      continue
+    indent = " " * (len(line) - len(line.lstrip(" ")))
+    out += textwrap.wrap(line, width, initial_indent="", subsequent_indent=indent + "    ",
+                         break_long_words=False, break_on_hyphens=False,
+                         drop_whitespace=True) or [line]
+  return "\n".join(out)
+
+
 # -- Trace logs -----------------------------------------------------------------
 
 TRACE_NAMES = {"EvalTrace": "eval", "JVPTrace": "jvp", "BatchTrace": "vmap",
@@ -179,12 +210,26 @@ def compact(x, _full=None) -> str:
   if isinstance(x, core.ShapedArray):
     return _aval(x)
   if isinstance(x, tuple):
-    return f"({', '.join(map(compact, x))}{',' if len(x) == 1 else ''})"
+    return f"({_items(x)}{',' if len(x) == 1 else ''})"
   if isinstance(x, list):
-    return f"[{', '.join(map(compact, x))}]"
+    return f"[{_items(x)}]"
   if type(x).__name__ == "LoweringContext":
     return "ctx"
   return _full(x) if _full else str(x)
+
+
+def _items(xs) -> str:
+  """Items; a run of three or more tracers that print the same, once, `×n`."""
+  shown = [compact(x) for x in xs]
+  out, i = [], 0
+  while i < len(shown):
+    j = i
+    while j < len(shown) and shown[j] == shown[i]:
+      j += 1
+    run = j - i >= 3 and "@" in shown[i]
+    out.append(f"{shown[i]} ×{j - i}" if run else ", ".join(shown[i:j]))
+    i = j
+  return ", ".join(out)
 
 
 def trace_log():

@@ -90,14 +90,17 @@
   // column's header. Nothing is cut or scrolled, and the key stays in view.
   function markTables() {
     document.querySelectorAll(".bd-article table").forEach(function (table) {
-      var heads = [].map.call(table.querySelectorAll("thead th"), function (th) {
-        return th.innerText.trim();
-      });
-      table.querySelectorAll("tbody tr").forEach(function (tr) {
-        [].forEach.call(tr.children, function (td, i) {
-          if (heads[i] && !td.hasAttribute("data-label")) td.setAttribute("data-label", heads[i]);
+      var head = table.querySelector("thead tr") || table.querySelector("tr");
+      if (head && ![].some.call(head.children, function (c) { return c.tagName !== "TH"; })) {
+        head.classList.add("adx-head");
+        var heads = [].map.call(head.children, function (th) { return th.innerText.trim(); });
+        table.querySelectorAll("tr").forEach(function (tr) {
+          if (tr === head) return;
+          [].forEach.call(tr.children, function (td, i) {
+            if (heads[i] && !td.hasAttribute("data-label")) td.setAttribute("data-label", heads[i]);
+          });
         });
-      });
+      }
       table.classList.remove("adx-cards");
       var box = table.parentElement;
       if (table.scrollWidth > box.clientWidth + 1 || table.getBoundingClientRect().right >
