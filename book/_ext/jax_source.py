@@ -104,11 +104,11 @@ def jaxsrc_role(name, rawtext, text, lineno, inliner, options=None, content=None
   except (ValueError, LookupError) as e:
     msg = inliner.reporter.warning(f"jaxsrc: {e}", line=lineno)
     return [nodes.problematic(rawtext, rawtext)], [msg]
-  if shown is not None:
-    return [nodes.literal(rawtext, shown, classes=["adx-jaxsrc"])], []
+  if shown is not None:   # a name in the prose: code like any other
+    return [nodes.literal(rawtext, shown, classes=["adx-jaxsrc-name"])], []
   parts = []
   if dotted:
-    parts += [nodes.literal(rawtext, dotted, classes=["adx-jaxsrc"]), nodes.Text(" in ")]
+    parts += [nodes.literal(rawtext, dotted, classes=["adx-jaxsrc-name"]), nodes.Text(" in ")]
   parts.append(nodes.literal(rawtext, f"jax/_src/{path}", classes=["adx-jaxsrc"]))
   return [nodes.inline(rawtext, "", *parts, classes=["adx-jaxsrc"])], []
 

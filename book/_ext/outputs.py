@@ -26,7 +26,7 @@ import html
 import re
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
-TOKEN = re.compile(r"\s+|[\w.]+|.")
+TOKEN = re.compile(r"\s+|%?[\w.]+|.")
 
 
 class Panes:
@@ -81,14 +81,30 @@ def _pre(lines_html) -> str:
           f"{len(rest)} lines</summary>{pre(rest)}</details>")
 
 
-def _token_marks(a: str, b: str):
+SSA_NUMBER = re.compile(r"^%\d+$")
+BINDER = re.compile(r"(?<![\w.])([a-z]+|_):(?=[a-z]+\d*\[)")   # `c:f64[3]` in a jaxpr
+
+
+def _keyer(text: str):
+  """What a text's tokens are compared as. A jaxpr's variables are alike, and
+  so are MLIR's numbered values (`%3`): one more equation or constant on one
+  side renames everything after it, and marking every name would hide the
+  differences that matter."""
+  names = set(BINDER.findall(text))
+  return lambda token: ("%N" if SSA_NUMBER.match(token) else
+                        "v" if token in names else token)
+
+
+def _token_marks(a: str, b: str, key_a, key_b):
   """Character ranges of the tokens that differ between lines a and b."""
   ta, tb = TOKEN.findall(a), TOKEN.findall(b)
   pos_a = [0]; pos_b = [0]
   for t in ta: pos_a.append(pos_a[-1] + len(t))
   for t in tb: pos_b.append(pos_b[-1] + len(t))
   ma, mb = [], []
-  for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, ta, tb, autojunk=False).get_opcodes():
+  matcher = difflib.SequenceMatcher(None, [key_a(t) for t in ta], [key_b(t) for t in tb],
+                                    autojunk=False)
+  for op, i1, i2, j1, j2 in matcher.get_opcodes():
     if op != "equal":
       if i2 > i1 and "".join(ta[i1:i2]).strip():
         ma.append((pos_a[i1], pos_a[i2]))
@@ -100,7 +116,10 @@ def _token_marks(a: str, b: str):
 def _diff(a_lines, b_lines):
   """Each side's lines as HTML, with what differs from the other side marked."""
   out_a, out_b = [], []
-  sm = difflib.SequenceMatcher(None, a_lines, b_lines, autojunk=False)
+  key_a, key_b = _keyer("\n".join(a_lines)), _keyer("\n".join(b_lines))
+  keyed = lambda ls, key: ["".join(key(t) for t in TOKEN.findall(l)) for l in ls]
+  sm = difflib.SequenceMatcher(None, keyed(a_lines, key_a), keyed(b_lines, key_b),
+                               autojunk=False)
   for op, i1, i2, j1, j2 in sm.get_opcodes():
     if op == "equal":
       out_a += [_line_html(l) for l in a_lines[i1:i2]]
@@ -108,7 +127,7 @@ def _diff(a_lines, b_lines):
       continue
     pairs = min(i2 - i1, j2 - j1) if op == "replace" else 0
     for k in range(pairs):
-      ma, mb = _token_marks(a_lines[i1 + k], b_lines[j1 + k])
+      ma, mb = _token_marks(a_lines[i1 + k], b_lines[j1 + k], key_a, key_b)
       out_a.append(_line_html(a_lines[i1 + k], ma))
       out_b.append(_line_html(b_lines[j1 + k], mb))
     out_a += [_line_html(l, [(0, len(l))]) for l in a_lines[i1 + pairs:i2]]

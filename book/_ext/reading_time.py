@@ -3,7 +3,7 @@
 Under a chapter's title (after its exercises' download line) goes a line
 such as "Reading time: about 50 minutes: 4,200 words and 310 lines of code".
 Prose is read at WORDS_PER_MINUTE; code (the cells and the library listings,
-not their outputs) at CODE_LINES_PER_MINUTE. A chapter is a page that
+not their outputs, and not what is folded away) at CODE_LINES_PER_MINUTE. A chapter is a page that
 myst-nb executed (it has a kernel); the other pages get no line.
 """
 from docutils import nodes
@@ -12,10 +12,16 @@ WORDS_PER_MINUTE = 200
 CODE_LINES_PER_MINUTE = 10
 
 
+FOLDED = ("cell_output", "sd-dropdown", "tag_hide-input", "tag_hide-cell", "tag_remove-input")
+
+
 def _in_output(node) -> bool:
+  """Whether a code block is an output, or folded away (a dropdown, a hidden
+  cell): the reader reads neither as code."""
   while node is not None:
-    if isinstance(node, nodes.Element) and ("cell_output" in node.get("classes", [])
-                                            or isinstance(node, nodes.raw)):
+    if isinstance(node, nodes.raw) or type(node).__name__ == "dropdown_main":
+      return True
+    if isinstance(node, nodes.Element) and any(c in node.get("classes", []) for c in FOLDED):
       return True
     node = node.parent
   return False
