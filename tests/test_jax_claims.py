@@ -105,8 +105,9 @@ def blocks(text: str) -> list[Block]:
       content = "\n".join(l for l in body if not re.match(r"\s*:[\w-]+:", l))
       if name == "code-cell":
         out.append(Block("cell", content, i0 + 1, section))
-      elif name in PROSE_DIRECTIVES:
-        out.append(Block("prose", f"{m.group(4)}\n{content}", i0 + 1, section, marked))
+      elif name in PROSE_DIRECTIVES:   # its prose; code nested in it is no claim
+        prose = re.sub(r"^(`{3,}|~{3,}).*?^\1\s*$", "", content, flags=re.S | re.M)
+        out.append(Block("prose", f"{m.group(4)}\n{prose}", i0 + 1, section, marked))
         marked = False
       else:
         out.append(Block("code", content, i0 + 1, section))
