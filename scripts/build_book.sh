@@ -3,10 +3,13 @@
 #
 # Chapters run the library live, and jupyter-cache re-executes a chapter only
 # when the chapter itself changes. So the cache is dropped whenever any file
-# under lib/ changes: the book can never show outputs of an older library.
+# under lib/ changes, or any module of book/_ext that the chapters' kernels
+# import (short_tracebacks, outputs): the book can never show outputs of an
+# older library or an older formatting of them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-lib_hash=$(find lib -name '*.py' -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
+lib_hash=$(find lib book/_ext -name '*.py' -not -path '*/__pycache__/*' -print0 | sort -z \
+           | xargs -0 sha256sum | sha256sum | cut -c1-16)
 mkdir -p _build
 exec 9>_build/.build.lock   # one build at a time (make book beside make test)
 flock 9

@@ -5,9 +5,14 @@ stays clean).
 The browser tests use Debian's chromium (/usr/bin/chromium) through Playwright,
 and the widget JavaScript that scripts/fetch_widget_js.sh fetches. Without
 those they are skipped, unless AUTODIDAX_REQUIRE_BROWSER=1 (.ci/run sets it).
-Every page is opened at a phone's, a tablet's and a desktop's width (390, 800
-and 1280 px), in every state of its widgets; screenshots of each chapter at
-390 and 1280 px go to _build/screenshots/ (JPEG).
+Every page of _toc.yml is opened at a phone's, a tablet's and a desktop's
+width (390, 800 and 1280 px), in every state of its widgets, and held to the
+reading rules a browser can measure (READING_RULES below): nothing cut at
+1280 px, no table or prose that scrolls, no output line over 120 characters
+or block over 40 lines unless folded, short tracebacks shown once, no object
+ids, no full tracer reprs or HLO metadata, picture labels of at least 10 px
+(8 px on a phone), navigation that fits. Screenshots of each chapter at 390
+and 1280 px go to _build/screenshots/ (JPEG).
 """
 import os
 import re
@@ -242,18 +247,20 @@ def _toc_pages() -> list[str]:
 
 
 WIDTHS = (390, 800, 1280)   # a phone, a tablet, a desktop
-MIN_TEXT_PX = 11            # the smallest readable text in a picture
-
-
-def _course_pages() -> list[str]:
-  """The chapters: the pages of _toc.yml's part "The course"."""
+def _course_chapters() -> list[str]:
+  """The chapters: the pages of _toc.yml's "The course" part."""
   import yaml
-  [part] = [p for p in yaml.safe_load((ROOT / "_toc.yml").read_text())["parts"]
-            if p["caption"] == "The course"]
+  toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+  part = next(p for p in toc["parts"] if p.get("caption") == "The course")
   return [c["file"] + ".html" for c in part["chapters"]]
 
 
-CHAPTERS = _course_pages()
+def min_label_px(width: int) -> int:
+  """The smallest label a picture may show: 10 px on a wide screen, 8 on a phone."""
+  return 10 if width >= 992 else 8
+
+
+CHAPTERS = _course_chapters()
 
 # Everything in the article wider than its column, unless a box that scrolls
 # sideways (and is marked as such by autodidax.js) holds it.
@@ -303,35 +310,111 @@ INLINE_PICTURES = """() => [...document.querySelectorAll('.bd-article svg:has(g.
 IMAGES = """() => [...document.querySelectorAll('.bd-article img')]
   .filter(i => i.getBoundingClientRect().width > 0)
   .map(i => ({src: i.src, alt: i.alt, width: i.getBoundingClientRect().width,
+              framed: !!i.closest('div.adx-zoom'),
               link: (i.closest('a[href]') || {}).href || ''}))"""
+
+# The reading rules a browser can measure, on one page at one width, in the
+# state its widgets are in. Each finding names the section it is in.
+READING_RULES = r"""width => {
+  // Folded code and asides count too: a reader may open them.
+  document.querySelectorAll('.bd-article details').forEach(d => { d.open = true; });
+  const art = document.querySelector('.bd-article'), col = art.getBoundingClientRect();
+  const bad = [];
+  const shown = e => e.checkVisibility({checkOpacity: true, checkVisibilityCSS: true});
+  const where = e => { const s = e.closest('section'); const h = s && s.querySelector('h1, h2, h3');
+    return '"' + (h ? h.textContent.replace(/#$/, '').trim().slice(0, 40) : '?') + '"'; };
+  // Code, outputs and listings: never cut on a desktop; outputs short.
+  for (const pre of art.querySelectorAll('pre')) {
+    if (!shown(pre)) continue;
+    const lines = pre.innerText.replace(/\n$/, '').split('\n');
+    const longest = Math.max(...lines.map(l => l.length));
+    const wraps = getComputedStyle(pre).whiteSpace.startsWith('pre-wrap');
+    const output = !!pre.closest('.cell_output');
+    if (width >= 1200 && pre.scrollWidth > pre.clientWidth + 1)
+      bad.push(`cut at ${width} px in ${where(pre)}: a line of ${longest} characters: ` +
+               lines.find(l => l.length == longest).trim().slice(0, 50));
+    if (output && !wraps && longest > 120)
+      bad.push(`an output line of ${longest} characters in ${where(pre)}`);
+    if (output && lines.length > 40 && !pre.closest('details.adx-more'))
+      bad.push(`an output of ${lines.length} lines, not folded, in ${where(pre)}`);
+  }
+  // Comparisons: no pane is cut, and what differs is marked.
+  for (const cmp of art.querySelectorAll('.adx-compare')) {
+    if (!shown(cmp)) continue;
+    const panes = [...cmp.querySelectorAll('figure')].map(p => p.querySelector('pre') ?
+      [...p.querySelectorAll('pre')].map(q => q.innerText).join('\n') : '');
+    if (cmp.classList.contains('adx-diffed') && panes[0] != panes[1] &&
+        !cmp.querySelector('mark.adx-diff'))
+      bad.push(`a comparison in ${where(cmp)} marks none of its differences`);
+    if (cmp.getBoundingClientRect().right > col.right + 1)
+      bad.push(`a comparison in ${where(cmp)} is wider than the column`);
+  }
+  // Tables neither scroll nor stick out: their key column stays in view.
+  for (const t of art.querySelectorAll('table')) {
+    if (!shown(t)) continue;
+    const box = t.parentElement;
+    if (t.getBoundingClientRect().right > col.right + 1 || box.scrollWidth > box.clientWidth + 1)
+      bad.push(`a table in ${where(t)} is cut or scrolls (${Math.round(t.scrollWidth)} px)`);
+  }
+  // Tracebacks: at most 14 lines, and a frame shown once on a page.
+  const frames = new Set();
+  for (const tb of art.querySelectorAll('.output.traceback')) {
+    const lines = tb.innerText.replace(/\n$/, '').split('\n');
+    if (lines.length > 14) bad.push(`a traceback of ${lines.length} lines in ${where(tb)}`);
+    for (const l of lines.filter(l => /^Cell In\[\d+\], line \d+, in \S+/.test(l))) {
+      if (frames.has(l)) bad.push(`the frame "${l}" is shown twice`);
+      frames.add(l);
+    }
+  }
+  // No object ids, tracer reprs or HLO metadata, in text, tooltips and pictures.
+  const seen = [art.innerText,
+    ...[...art.querySelectorAll('[title], [aria-label], img[alt]')].map(e =>
+      [e.getAttribute('title'), e.getAttribute('aria-label'), e.getAttribute('alt')].join(' ')),
+    ...[...art.querySelectorAll('svg title')].map(t => t.textContent)].join('\n');
+  for (const [what, re] of [['an object id', /0x[0-9a-f]{6,}|\b[a-z]{1,3}\d{10,}\b| object at /],
+                            ['a full tracer repr', /Traced<|with<\w+Trace level/],
+                            ['HLO metadata', /metadata=\{/]]) {
+    const m = seen.match(re);
+    if (m) bad.push(`${what}: "${seen.slice(Math.max(0, m.index - 30), m.index + 40)}"`);
+  }
+  // Navigation: "Previous" and "Next" fit the page.
+  for (const a of document.querySelectorAll('.prev-next-area a')) {
+    const r = a.getBoundingClientRect();
+    if (a.scrollWidth > a.clientWidth + 1 || r.left < -1 || r.right > window.innerWidth + 1)
+      bad.push(`the link "${a.innerText.replace(/\s+/g, ' ')}" is clipped`);
+  }
+  return bad;
+}"""
 
 SVG_FONT = re.compile(r'font-size="([0-9.]+)"')
 SVG_SIZE = re.compile(r'<svg[^>]*\bwidth="([0-9.]+)pt"[^>]*viewBox="[-0-9. ]*?([0-9.]+) [0-9.]+"')
 
 
 def _check_pictures(page, width):
-  """Alt text that is not a file path; text at least MIN_TEXT_PX as drawn, or
-  a tap that shows the picture full size, where it is."""
-  bad = []
+  """Alt text that is not a file path; a frame that zooms in place; labels
+  at least min_label_px(width) as drawn (a picture too wide for that scrolls
+  inside its frame, never the page)."""
+  bad, least = [], min_label_px(width)
   for img in page.evaluate(IMAGES):
     name = Path(unquote(urlparse(img["src"]).path)).name
     if not img["alt"].strip() or name in img["alt"] or len(img["alt"]) < 15:
       bad.append(f"{name}: alt text {img['alt']!r}")
-    if img["link"] != img["src"]:
-      bad.append(f"{name}: no link to open it full size")
+    if not img["framed"]:
+      bad.append(f"{name}: not in a zoom frame (div.adx-zoom)")
+    if img["link"]:
+      bad.append(f"{name}: a link takes the reader off the page ({img['link']})")
     if name.endswith(".svg"):
       svg = Path(unquote(urlparse(img["src"]).path)).read_text()
       size, fonts = SVG_SIZE.search(svg), [float(f) for f in SVG_FONT.findall(svg)]
       if size and fonts:
-        pt, vb = float(size.group(1)), float(size.group(2))
-        drawn, full = min(fonts) * img["width"] / vb, min(fonts) * pt * 4 / 3 / vb
-        if drawn < MIN_TEXT_PX and full < MIN_TEXT_PX:   # the link shows it full size
-          bad.append(f"{name}: text {drawn:.1f} px at {width} px, {full:.1f} px full size")
+        drawn = min(fonts) * img["width"] / float(size.group(2))
+        if drawn < least - 0.05:
+          bad.append(f"{name}: labels {drawn:.1f} px at {width} px (at least {least})")
   for pic in page.evaluate(INLINE_PICTURES):
     if pic["role"] != "img" or len(pic["name"]) < 15:
       bad.append(f"inline picture without an accessible name: {pic}")
-    if pic["drawn"] < MIN_TEXT_PX and not (pic["zooms"] and pic["full"] >= MIN_TEXT_PX):
-      bad.append(f"inline picture {pic['name'][:50]!r}: text {pic['drawn']:.1f} px")
+    if pic["drawn"] < least - 0.05 and pic["full"] >= least:
+      bad.append(f"inline picture {pic['name'][:50]!r}: labels {pic['drawn']:.1f} px")
   return bad
 
 
@@ -405,7 +488,9 @@ def test_every_page_at_every_width(build, browser, rel, width):
     wide = page.evaluate(TOO_WIDE)
     assert wide == [], f"{rel} at {width} px, {state}: too wide: {wide}"
     bad = _check_pictures(page, width)
-    assert bad == [], f"{rel} at {width} px, {state}: {bad}"
+    if width in (390, 1280):
+      bad += page.evaluate(READING_RULES, width)
+    assert bad == [], f"{rel} at {width} px, {state}:\n" + "\n".join(bad)
   if rel in CHAPTERS and width in (390, 1280):
     page.evaluate("document.activeElement && document.activeElement.blur(); window.scrollTo(0, 0)")
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
@@ -513,12 +598,19 @@ def test_the_sites_zip_installs_the_library_and_the_checks(build, tmp_path):
 
 
 def test_glossary_points_to_the_chapters(build):
-  """Every "See Part N" of the glossary is a link to that chapter."""
+  """Every "See <chapter>" of the glossary is a link to that chapter, for
+  every chapter name in _config.yml's adx_chapter_names."""
+  import yaml
   if build.returncode != 0:
     pytest.skip("the build failed")
+  names = yaml.safe_load((ROOT / "_config.yml").read_text())["sphinx"]["config"]["adx_chapter_names"]
   text = (HTML / "book" / "glossary.html").read_text()
-  plain = re.findall(r"See (?:[^<.]*? and )?(Part \d|The jaxpr language)", text)
+  alternatives = "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
+  plain = re.findall(rf"See [“\"]?(?:[^<.]*? and [“\"]?)?({alternatives})", text)
   assert plain == [], plain
+  for name, doc in names.items():
+    if f"See {name}" in (ROOT / "book" / "glossary.md").read_text().replace('"', ""):
+      assert f'href="{Path(doc).name}.html"><span class="doc">{name}' in text, name
   linked = re.findall(r'<a class="reference internal" href="(part\d_\w+)\.html"><span class="doc">Part', text)
   assert len(linked) >= 20
 

@@ -1,6 +1,10 @@
 """What a reader sees in the built pages: no path of the machine that built the
-site, and no traceback longer than a screenful (chapters install
-book/_ext/short_tracebacks.py in their hidden setup cell)."""
+site, no traceback longer than a screenful (chapters install
+book/_ext/short_tracebacks.py in their hidden setup cell), no object ids
+(in the pictures' files too), no full tracer reprs or HLO metadata; and each
+chapter reads as a chapter: its reading time computed from the page, a first
+picture before much code, long listings folded, a recap with questions to
+check yourself at the end."""
 import html
 import os
 import re
@@ -12,7 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 HTML = ROOT / "_build" / "html"
-MAX_TRACEBACK_LINES = 12
+MAX_TRACEBACK_LINES = 14
 # Absolute paths of a build machine, the virtual environment, the kernel's
 # temporary cell files. The site's own links are relative, so none is legitimate.
 MACHINE_PATH = re.compile(
@@ -73,3 +77,103 @@ def test_tracebacks_end_with_the_message(pages):
       assert msg, f"{name}: a traceback without its message: {lines}"
       assert not frames or msg[-1] > frames[-1], (name, lines)
       assert all(len(l) <= 100 for l in lines), f"{name}: lines too long to read: {lines}"
+
+
+# -- Object ids, tracer reprs, HLO metadata --------------------------------------------
+
+OBJECT_ID = re.compile(r"0x[0-9a-f]{6,}|\b[a-z]{1,3}\d{10,}\b| object at ")
+SVG_NAMES = re.compile(r"<title>(.*?)</title>|<!-- (.*?) -->", re.S)
+
+
+def test_no_object_ids(pages):
+  """Not in the text, not in tooltips, and not in the pictures' <title>s and
+  comments, in the pages (widgets' saved pictures included) and SVG files."""
+  bad = []
+  for name, page in pages.items():
+    for m in OBJECT_ID.finditer(_text(page)):
+      bad.append(f"{name}: {m.group(0)!r}")
+    for m in SVG_NAMES.finditer(page):
+      if OBJECT_ID.search(m.group(1) or m.group(2)):
+        bad.append(f"{name}: picture name {(m.group(1) or m.group(2))[:60]!r}")
+  for svg in (HTML / "_images").glob("*.svg"):
+    for m in SVG_NAMES.finditer(svg.read_text(errors="replace")):
+      if OBJECT_ID.search(m.group(1) or m.group(2)):
+        bad.append(f"_images/{svg.name}: {(m.group(1) or m.group(2))[:60]!r}")
+  assert not bad, "\n".join(sorted(set(bad))[:30])
+
+
+def test_no_full_tracer_reprs_or_hlo_metadata(pages):
+  """Trace logs show the interpreter, its level and the type, not reprs;
+  compiled HLO is shown without its per-instruction metadata."""
+  bad = []
+  for name, page in pages.items():
+    text = _text(page)
+    for pattern in (r"Traced<", r"with<\w+Trace level", r"metadata=\{"):
+      if re.search(pattern, text):
+        bad.append(f"{name}: {pattern}")
+  assert not bad, bad
+
+
+# -- Chapters read as chapters -----------------------------------------------------------
+
+def _chapters():
+  sys.path.insert(0, str(ROOT / "tests"))
+  from test_registration import course_chapters
+  return course_chapters()
+
+
+def _code_blocks(page: str):
+  """(position, lines, folded) of each code block a reader sees: cells' code
+  and the library's listings, not outputs."""
+  for m in re.finditer(r'<div class="(cell_input[^"]*|highlight-python notranslate)"', page):
+    pre = re.search(r"<pre>(.*?)</pre>", page[m.end():], re.S)
+    if pre is None:
+      continue
+    before = page[:m.start()]
+    folded = before.count("<details") > before.count("</details>")
+    lines = html.unescape(re.sub(r"<[^>]+>", "", pre.group(1))).strip("\n").count("\n") + 1
+    yield m.start(), lines, folded
+
+
+FIRST_PICTURE = re.compile(r'<div class="adx-zoom"|class="adx-fit"|&lt;svg|<svg[^>]*role="img"')
+MAX_CODE_BEFORE_PICTURE = 30
+MAX_LISTING = 45
+
+
+@pytest.mark.parametrize("doc", _chapters())
+def test_chapter_shape(pages, doc):
+  """A chapter says what it builds before its code, shows a picture early,
+  folds long listings, states its reading time, and ends with a recap and
+  questions (with answers folded)."""
+  page = pages[f"{doc}.html"]
+  source = (ROOT / f"{doc}.md").read_text()
+  problems = []
+  if re.search(r"^\*Reading time", source, re.M):
+    problems.append("a hand-written reading time (book/_ext/reading_time.py computes it)")
+  if not re.search(r'class="[^"]*adx-reading-time[^"]*"><em>Reading time: about \d+ minutes', page):
+    problems.append("no computed reading time")
+  first_pic = FIRST_PICTURE.search(page)
+  if first_pic is None:
+    problems.append("no picture")
+  else:
+    code = sum(n for at, n, folded in _code_blocks(page) if at < first_pic.start() and not folded)
+    if code > MAX_CODE_BEFORE_PICTURE:
+      problems.append(f"{code} lines of code before the first picture")
+  for at, n, folded in _code_blocks(page):
+    if n > MAX_LISTING and not folded:
+      problems.append(f"a listing of {n} lines not folded")
+  body = source.split("\n# ", 1)[-1]
+  body = re.sub(r"```\{code-cell\}[^\n]*\n:tags: \[remove-cell\].*?\n```", "", body, flags=re.S)
+  opening = body.split("\n", 1)[-1].split("```{code-cell}", 1)[0]
+  if len(opening.split()) < 50:
+    problems.append("no opening that says what the chapter builds and why, before its code")
+  recap = source.rfind("## Recap")
+  if recap < 0:
+    problems.append("no recap")
+  else:
+    tail = source[recap:]
+    if "Check yourself" not in tail or ":::{dropdown} Answers" not in tail:
+      problems.append("the recap has no questions with folded answers")
+    if re.search(r"^## ", tail[3:], re.M):
+      problems.append("the recap is not the last section")
+  assert not problems, f"{doc}: " + "; ".join(problems)

@@ -1,5 +1,6 @@
-"""Pictures that say what they show, open full size on a tap, and widgets
-that leave a static picture for readers without JavaScript.
+"""Pictures that say what they show, stay readable at every width and zoom
+in place, and widgets that leave a static picture for readers without
+JavaScript.
 
 - Alt text. myst-nb writes a cell's SVG output to a file named by its hash,
   and uses that path as the <img>'s alt text. autodidax.viz names each graph
@@ -7,16 +8,23 @@ that leave a static picture for readers without JavaScript.
   <title>, and that becomes the alt text. A picture with no alt text but its
   path (a matplotlib plot, say) is a build warning: give it one with the
   cell's `mystnb: image: alt:` metadata.
-- Full size. Each picture links to its own file, so that a tap on a phone
-  opens it at full size (book/_static/autodidax.js adds a hint when the page
-  shows it shrunk).
+- Readable labels, zoom in place. Each picture sits in a frame
+  (`div.adx-zoom`) that knows, from the SVG file, how wide the picture must
+  be drawn for its smallest label to measure MIN_LABEL_PX: 10 px on a wide
+  screen, 8 px on a phone. It is never drawn narrower than that: a picture
+  too wide for the column then scrolls inside its frame, never the page. A
+  tap or click (book/_static/autodidax.js) shows it at full size in the same
+  frame, and another tap fits it again: the reader never leaves the chapter.
+- No object ids. Graphviz writes each node's and edge's internal name as a
+  <title> (a tooltip) and a comment; names made from Python's `id()` would
+  show a machine's memory addresses. After the build they are renumbered
+  `v1`, `v2`, ..., in the pictures' files and in the widgets' saved state.
 - No JavaScript. A widget is a <script> that the widget JavaScript draws. A
   <noscript> beside it holds what it shows first: its HTML panes (pictures
   included) and the first choice of its dropdowns and lists.
 """
 import html
 import json
-import posixpath
 import re
 from pathlib import Path
 
@@ -40,24 +48,78 @@ def _svg_alt(path: Path) -> str | None:
   return None if not title or title.startswith("%") else title   # %3: an unnamed graph
 
 
+MIN_LABEL_PX = {"wide": 10, "phone": 8}   # the smallest label as drawn
+SVG_SIZE = re.compile(r'<svg[^>]*\bwidth="([0-9.]+)pt"[^>]*viewBox="[-0-9. ]*?([0-9.]+) [0-9.]+"')
+SVG_FONT = re.compile(r'font-size="([0-9.]+)"')
+
+
+def _min_widths(path: Path) -> str:
+  """CSS variables for an SVG picture's frame: its natural width, and the
+  widths at which its smallest label measures MIN_LABEL_PX."""
+  text = path.read_text(errors="replace")
+  size, fonts = SVG_SIZE.search(text), [float(f) for f in SVG_FONT.findall(text)]
+  if not size:
+    return ""
+  natural = float(size.group(1)) * 4 / 3            # pt -> px
+  css = f"--adx-natural:{natural:.0f}px;"
+  if fonts:
+    label = min(fonts) * natural / float(size.group(2))   # px, at natural size
+    for screen, px in MIN_LABEL_PX.items():
+      css += f"--adx-min-{screen}:{min(natural, natural * px / label):.0f}px;"
+  return css
+
+
 def _pictures(app, doctree, docname):
   for img in list(doctree.findall(nodes.image)):
     uri = img["uri"]
+    src = Path(app.srcdir, uri)
     if _is_path(img.get("alt", ""), uri):
-      src = Path(app.srcdir, uri)
       alt = _svg_alt(src) if uri.endswith(".svg") and src.is_file() else None
       if alt:
         img["alt"] = alt
       else:
         logger.warning(f"a picture has no alt text ({uri}): give its cell "
                        "`mystnb: image: alt: ...` metadata", location=img)
-    if uri in app.env.images and not isinstance(img.parent, nodes.reference):
-      target = posixpath.relpath(f"{app.builder.imagedir}/{app.env.images[uri][1]}",
-                                 posixpath.dirname(docname) or ".")
-      link = nodes.reference("", "", refuri=target, classes=["adx-full-size"],
-                             reftitle="open the picture full size")
-      img.replace_self(link)
-      link += img
+    parent = img.parent
+    if "adx-zoomed" in img["classes"] or parent is None:
+      continue
+    img["classes"].append("adx-zoomed")
+    style = _min_widths(src) if uri.endswith(".svg") and src.is_file() else ""
+    at = parent.index(img)
+    parent.insert(at + 1, nodes.raw("", "</div>", format="html"))
+    parent.insert(at, nodes.raw(
+        "", f'<div class="adx-zoom" style="{style}" tabindex="0" role="group" '
+        'aria-label="picture: tap to zoom">', format="html"))
+
+
+# -- No object ids in the pictures ------------------------------------------------
+
+ID_NAME = re.compile(r"\b([a-z]{1,3})(\d{9,})\b")
+SVG_NAMES = re.compile(r"(<title>|<!-- )(.*?)(</title>| -->)", re.S)
+
+
+def scrub_ids(text: str) -> str:
+  """Graphviz names made from `id()` (`v140061853514720`), in <title>s and
+  comments, renumbered in order of appearance."""
+  numbers: dict = {}
+
+  def rename(m):
+    n = numbers.setdefault(m.group(2), len(numbers) + 1)
+    return f"{m.group(1)}{n}"
+
+  return SVG_NAMES.sub(lambda m: m.group(1) + ID_NAME.sub(rename, m.group(2)) + m.group(3),
+                       text)
+
+
+def _scrub(app, exception):
+  if exception is not None or app.builder.format != "html":
+    return
+  out = Path(app.outdir)
+  for f in [*out.glob("_images/*.svg"), *out.rglob("*.html")]:
+    text = f.read_text(errors="replace")
+    new = scrub_ids(text)
+    if new != text:
+      f.write_text(new)
 
 
 # -- Widgets without JavaScript -------------------------------------------------
@@ -105,4 +167,5 @@ def _widget_fallbacks(app, doctree, docname):
 def setup(app):
   app.connect("doctree-resolved", _pictures)
   app.connect("doctree-resolved", _widget_fallbacks)
+  app.connect("build-finished", _scrub)
   return {"parallel_read_safe": True, "parallel_write_safe": True}

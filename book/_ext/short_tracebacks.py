@@ -8,7 +8,9 @@ machine's paths. Each chapter's hidden setup cell runs
     import short_tracebacks; short_tracebacks.install()
 
 which makes IPython report an exception as the last few frames that belong to
-notebook cells, then the message, wrapped to the page's width. (JAX does
+notebook cells, then the message, wrapped to the page's width. A frame that an
+earlier error on the page already showed is not shown again: one line says
+how many were left out, so each traceback appears once. (JAX does
 something similar for its users: `jax_traceback_filtering` hides JAX's own
 frames.) tests/test_site_text.py checks the built pages for long tracebacks and
 machine paths. Set AUTODIDAX_FULL_TRACEBACKS=1 to see full tracebacks when
@@ -42,15 +44,26 @@ def _wrap(line):
                        break_on_hyphens=False) or [""]
 
 
+_shown: set = set()   # the frames earlier errors of this session showed
+
+
 def short_traceback(shell, etype, value, tb):
   """The lines to show for an exception: the cell frames, then the message."""
   frames = [(f, label) for f in traceback.extract_tb(tb)
             if (label := _cell_label(shell, f.filename))][-MAX_FRAMES:]
   lines = ["Traceback of the notebook's own code (the library's frames are hidden):"]
+  again = 0
   for f, label in frames:
+    key = (label, f.lineno, f.name)
+    if key in _shown:
+      again += 1
+      continue
+    _shown.add(key)
     lines.append(f"{label}, line {f.lineno}, in {f.name}")
     if f.line:
       lines.extend("    " + s for s in _wrap(f.line.strip()))
+  if again:
+    lines.append(f"({again} more frame{'s' if again > 1 else ''} as in an earlier error above)")
   for part in traceback.format_exception_only(etype, value):
     for line in part.rstrip("\n").split("\n"):
       lines.extend(_wrap(line))

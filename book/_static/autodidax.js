@@ -24,45 +24,90 @@
     });
   });
 
-  // Pictures drawn inside widgets (.adx-fit, from autodidax.viz) shrink to
-  // their column; a click (or Enter) shows one full size, scrolling sideways.
+  // Pictures. Each is drawn to fit its column, but never so small that its
+  // smallest label measures under 10 px (8 px on a phone): a picture that
+  // would be is drawn that big, and scrolls inside its frame. A click, a tap
+  // or Enter shows it at full size in the same frame; another fits it again.
+  // <img> pictures sit in a div.adx-zoom whose CSS variables
+  // (book/_ext/pictures.py) give those widths; pictures drawn inside widgets
+  // (.adx-fit, from autodidax.viz) are measured here.
+  function minLabelPx() { return window.innerWidth >= 992 ? 10 : 8; }
   function natural(svg) {
     var w = svg.width && svg.width.baseVal;
     return w ? w.value : 0;   // the width attribute, in px
+  }
+  function smallestLabel(svg) {   // px, at natural size
+    var vb = svg.viewBox && svg.viewBox.baseVal, min = Infinity;
+    svg.querySelectorAll("text").forEach(function (t) {
+      var f = parseFloat(t.getAttribute("font-size"));
+      if (f > 0 && f < min) min = f;
+    });
+    return vb && vb.width && isFinite(min) ? min * natural(svg) / vb.width : 0;
   }
   function markPictures(root) {
     root.querySelectorAll(".adx-fit").forEach(function (box) {
       var svg = box.querySelector("svg");
       if (!svg) return;
-      var shrunk = svg.getBoundingClientRect().width < natural(svg) - 1;
-      var scaled = shrunk || box.classList.contains("adx-full");
-      box.classList.toggle("adx-scaled", scaled);
-      if (scaled) {
-        box.tabIndex = 0;
-        box.setAttribute("title", box.classList.contains("adx-full")
-          ? "click to fit the picture to the column" : "click to see the picture full size");
-      }
+      var label = smallestLabel(svg), full = natural(svg);
+      if (label > 0 && full > 0)
+        svg.style.minWidth = Math.min(full, full * minLabelPx() / label) + "px";
+      markFrame(box, svg, full);
+    });
+    document.querySelectorAll(".adx-zoom").forEach(function (box) {
+      var img = box.querySelector("img");
+      if (!img || !(img.complete && img.naturalWidth)) return;
+      var full = parseFloat(getComputedStyle(box).getPropertyValue("--adx-natural")) || img.naturalWidth;
+      markFrame(box, img, full);
     });
   }
-  function markImages() {   // <img> pictures, linked to their file by book/_ext/pictures.py
-    document.querySelectorAll("a.adx-full-size > img").forEach(function (img) {
-      if (img.complete && img.naturalWidth)
-        img.parentNode.classList.toggle("adx-shrunk", img.clientWidth < img.naturalWidth - 1);
-    });
+  function markFrame(box, pic, full) {
+    var shrunk = pic.getBoundingClientRect().width < full - 1;
+    var zoomable = shrunk || box.classList.contains("adx-full");
+    box.classList.toggle("adx-scaled", zoomable);
+    if (zoomable) {
+      box.tabIndex = 0;
+      box.setAttribute("title", box.classList.contains("adx-full")
+        ? "click to fit the picture to the column" : "click to see the picture full size");
+    }
   }
   function toggle(box) {
     box.classList.toggle("adx-full");
     markPictures(box.parentNode);
     markScrollers();
   }
+  var ZOOMABLE = ".adx-fit.adx-scaled, .adx-zoom.adx-scaled";
   document.addEventListener("click", function (e) {
-    var box = e.target.closest && e.target.closest(".adx-fit.adx-scaled");
-    if (box) toggle(box);
+    var box = e.target.closest && e.target.closest(ZOOMABLE);
+    if (box && !(e.target.closest("a"))) toggle(box);
   });
   document.addEventListener("keydown", function (e) {
-    var box = e.target.closest && e.target.closest(".adx-fit.adx-scaled");
+    var box = e.target.closest && e.target.closest(ZOOMABLE);
     if (box && (e.key === "Enter" || e.key === " ")) { e.preventDefault(); toggle(box); }
   });
+
+  // Tables that don't fit their column become cards, one per row: the first
+  // cell (the key) heads its card and every other cell is labelled with its
+  // column's header. Nothing is cut or scrolled, and the key stays in view.
+  function markTables() {
+    document.querySelectorAll(".bd-article table").forEach(function (table) {
+      var head = table.querySelector("thead tr") || table.querySelector("tr");
+      if (head && ![].some.call(head.children, function (c) { return c.tagName !== "TH"; })) {
+        head.classList.add("adx-head");
+        var heads = [].map.call(head.children, function (th) { return th.innerText.trim(); });
+        table.querySelectorAll("tr").forEach(function (tr) {
+          if (tr === head) return;
+          [].forEach.call(tr.children, function (td, i) {
+            if (heads[i] && !td.hasAttribute("data-label")) td.setAttribute("data-label", heads[i]);
+          });
+        });
+      }
+      table.classList.remove("adx-cards");
+      var box = table.parentElement;
+      if (table.scrollWidth > box.clientWidth + 1 || table.getBoundingClientRect().right >
+          box.getBoundingClientRect().right + 1)
+        table.classList.add("adx-cards");
+    });
+  }
 
   // Anything that scrolls sideways says so: a shadow on the side where more is.
   function edges(el) {
@@ -95,8 +140,8 @@
     if (pending) return;
     pending = setTimeout(function () {
       pending = null;
+      markTables();
       markPictures(document);
-      markImages();
       markScrollers();
     }, 100);
   }

@@ -1,0 +1,224 @@
+"""Every claim a chapter makes about JAX is backed by the installed JAX.
+
+The chapters compare the course's library with JAX all the time, and JAX
+changes. A sentence about what JAX does or prints is only as good as what
+backs it, so each prose block of a chapter (a paragraph, a list, an
+admonition) that speaks of JAX must do one of:
+
+1. sit next to a code cell that runs JAX: the nearest code cell before or
+   after it in the same section, with at most MAX_GAP prose blocks between,
+   calls `jax.` or `jnp.` (or a name the chapter bound to a JAX function,
+   such as `jmj`). The cell runs when the book is built, so what it shows is
+   the installed JAX's behaviour.
+2. cite JAX's source with the role {jaxsrc}`path:name`, which must resolve in
+   the installed JAX: the file under jax/_src exists and defines the
+   function, class or method (book/_ext/jax_source.py; the build checks the
+   same).
+3. be marked as no claim at all, with an HTML comment on the line before it:
+   `<!-- not a claim about JAX: why -->` (for a word like "JAX's own
+   document"); kept rare, and listed by this test's output when it fails.
+
+A bare `jax/_src/...` path in prose is an error too: cite it with the role,
+so that it is checked. The next chapter, or the next sentence, is held to
+the same rules.
+"""
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "book" / "_ext"))
+import jax_source  # noqa: E402
+
+MAX_GAP = 2
+SPEAKS_OF_JAX = re.compile(r"\bJAX\b|\bjax[._/]")
+RUNS_JAX = re.compile(r"\b(jax|jnp|jex)\.[A-Za-z_]|\bjmj\(")
+NOT_A_CLAIM = re.compile(r"<!--\s*not a claim about JAX:\s*\S.*?-->", re.S)
+FENCE = re.compile(r"^(`{3,}|~{3,}|:{3,})\s*(\{([\w-]+)\})?\s*(.*)$")
+PROSE_DIRECTIVES = {"admonition", "note", "tip", "warning", "important", "dropdown",
+                    "glossary", "hint", "seealso", "attention", "caution"}
+
+
+def chapters() -> list[Path]:
+  """The pages of _toc.yml that are notebooks (they have a kernel)."""
+  toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+  files = [toc["root"]]
+
+  def walk(entries):
+    for e in entries or []:
+      if "file" in e:
+        files.append(e["file"])
+      walk(e.get("chapters") or e.get("sections"))
+
+  walk(toc.get("chapters"))
+  for part in toc.get("parts") or []:
+    walk(part.get("chapters"))
+  paths = [ROOT / f"{f}.md" for f in files]
+  return [p for p in paths if p.is_file() and "kernelspec:" in p.read_text().split("\n---", 1)[0]]
+
+
+class Block:
+  def __init__(self, kind, text, line, section, marked=False):
+    self.kind, self.text, self.line, self.section, self.marked = kind, text, line, section, marked
+
+  def __repr__(self):
+    return f"{self.kind}@{self.line}"
+
+
+def blocks(text: str) -> list[Block]:
+  """A chapter as a list of blocks: 'cell' (a code cell), 'code' (a listing or
+  code block), 'prose' (a paragraph, a list, a prose directive), in order,
+  each with the number of the section it is in."""
+  lines = text.split("\n")
+  out: list[Block] = []
+  i, section, marked = 0, 0, False
+  if lines and lines[0].strip() == "---":   # front matter
+    i = lines.index("---", 1) + 1
+  para: list[str] = []
+  para_line = 0
+
+  def flush():
+    nonlocal para, marked
+    if para:
+      out.append(Block("prose", "\n".join(para), para_line, section, marked))
+      marked = False
+    para = []
+
+  while i < len(lines):
+    line = lines[i]
+    m = FENCE.match(line.strip()) if not para or FENCE.match(line.strip()) else None
+    if m and line.strip().startswith(("```", "~~~", ":::")):
+      flush()
+      fence, name = m.group(1), m.group(3)
+      body, i0 = [], i
+      i += 1
+      while i < len(lines) and not (lines[i].strip().startswith(fence[0] * len(fence))
+                                    and lines[i].strip().strip(fence[0]) == ""):
+        body.append(lines[i])
+        i += 1
+      i += 1
+      content = "\n".join(l for l in body if not re.match(r"\s*:[\w-]+:", l))
+      if name == "code-cell":
+        out.append(Block("cell", content, i0 + 1, section))
+      elif name in PROSE_DIRECTIVES:   # its prose; code nested in it is no claim
+        prose = re.sub(r"^(`{3,}|~{3,}).*?^\1\s*$", "", content, flags=re.S | re.M)
+        out.append(Block("prose", f"{m.group(4)}\n{prose}", i0 + 1, section, marked))
+        marked = False
+      else:
+        out.append(Block("code", content, i0 + 1, section))
+      continue
+    stripped = line.strip()
+    if stripped.startswith("#") and re.match(r"#+\s", stripped):
+      flush()
+      section += 1
+    elif stripped.startswith("<!--"):
+      flush()
+      comment = [line]
+      while "-->" not in comment[-1] and i + 1 < len(lines):
+        i += 1
+        comment.append(lines[i])
+      marked = bool(NOT_A_CLAIM.search("\n".join(comment)))
+    elif stripped in ("", "+++") or stripped.startswith("+++ {"):
+      flush()
+    else:
+      if not para:
+        para_line = i + 1
+      para.append(line)
+    i += 1
+  flush()
+  return out
+
+
+def speaks_of_jax(text: str) -> bool:
+  text = jax_source.ROLE.sub("", text)
+  text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text)     # links: their text only
+  text = re.sub(r"[*\"“]JAX\s+today[*\"”]", "", text)         # the chapter's title
+  return bool(SPEAKS_OF_JAX.search(text))
+
+
+def backed(bs: list[Block], k: int) -> bool:
+  """Whether prose block k has a JAX-running cell next to it."""
+  for step in (-1, 1):
+    gap, j = 0, k + step
+    while 0 <= j < len(bs) and bs[j].section == bs[k].section:
+      if bs[j].kind == "cell":
+        if RUNS_JAX.search(re.sub(r"#.*", "", bs[j].text)):
+          return True
+        break
+      if bs[j].kind == "prose":
+        gap += 1
+        if gap > MAX_GAP:
+          break
+      j += step
+  return False
+
+
+def problems(path: Path) -> list[str]:
+  bs = blocks(path.read_text())
+  found = []
+  for k, b in enumerate(bs):
+    if b.kind != "prose":
+      continue
+    where = f"{path.relative_to(ROOT) if ROOT in path.parents else path.name}:{b.line}"
+    for cite in jax_source.ROLE.findall(b.text):
+      try:
+        jax_source.resolve(cite)
+      except (LookupError, ValueError) as e:
+        found.append(f"{where}: {{jaxsrc}}`{cite}`: {e}")
+    bare = re.search(r"jax/_src/[\w/.]*", jax_source.ROLE.sub("", b.text))
+    if bare:
+      found.append(f"{where}: cite {bare.group(0)} with {{jaxsrc}}, so that it is checked")
+    if speaks_of_jax(b.text) and not b.marked and not jax_source.ROLE.search(b.text) \
+        and not backed(bs, k):
+      first = " ".join(b.text.split())[:90]
+      found.append(f"{where}: a claim about JAX with neither a JAX cell next to it nor a "
+                   f"{{jaxsrc}} citation: {first!r}")
+  return found
+
+
+CHAPTERS = chapters()
+
+
+def test_the_chapters_are_found():
+  names = {p.stem for p in CHAPTERS}
+  assert {"part1_interpreters", "part4_autodiff", "jax_today", "jaxpr_language"} <= names
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
+def test_every_claim_about_jax_is_backed(path):
+  found = problems(path)
+  assert not found, "\n".join(found)
+
+
+def test_markers_are_rare():
+  """An opt-out is for a mention that claims nothing; a chapter that needs
+  many is avoiding the rule."""
+  for path in CHAPTERS:
+    n = len(NOT_A_CLAIM.findall(path.read_text()))
+    assert n <= 4, f"{path.name}: {n} 'not a claim about JAX' markers"
+
+
+def test_the_rule_catches_a_new_claim(tmp_path):
+  """The checks fail on a made-up chapter: an unbacked claim, a citation of
+  a function JAX doesn't have, and a bare path."""
+  page = tmp_path / "chapter.md"
+  page.write_text(
+      "---\nkernelspec:\n  name: python3\n---\n\n# A chapter\n\n"
+      "JAX prints a `linear` parameter for scan.\n\n"
+      "JAX linearizes in {jaxsrc}`interpreters/ad.py:NoSuchTrace`.\n\n"
+      "See jax/_src/core.py for the rest.\n\n"
+      "JAX keeps a `jit` equation:\n\n"
+      "```{code-cell} ipython3\nprint(jax.make_jaxpr(jax.jit(f))(1.))\n```\n\n"
+      "<!-- not a claim about JAX: a title -->\nJAX's own document.\n")
+  found = problems(page)
+  assert any("linear" in f for f in found), found
+  assert any("NoSuchTrace" in f for f in found), found
+  assert any("bare" in f or "cite jax/_src/core.py" in f for f in found), found
+  assert not any("keeps a" in f for f in found), found
+  assert not any("own document" in f for f in found), found
+  assert len(found) == 3, found
