@@ -310,3 +310,26 @@ def test_no_no_op_equations(name):
       e.invars[0].aval.shape == e.outvars[0].aval.shape)
   assert not [e for e in ours.eqns if noop(e)], ours
   assert not [e for e in theirs.eqns if noop(e)], theirs
+
+
+@pytest.mark.parametrize("wrap", ["plain", "jit"])
+def test_batched_cond_sends_no_nan_back_from_a_branch_not_taken(wrap):
+  """vmap of cond on a batched predicate runs every branch on the whole batch;
+  like JAX, each branch sees its inputs through stop_gradient where it isn't
+  taken, so sqrt of a negative in the branch not taken leaves the gradient
+  finite (issue 23: it gave [nan, 0.25] where JAX gives [1, 0.25])."""
+  xs, w = np.array([-1., 4., 0.5]), 3.
+
+  def ours(w, x):
+    return lax.cond(x > 0, lambda v: anp.sqrt(v * w), lambda v: v * w, x)
+
+  def theirs(w, x):
+    return jax.lax.cond(x > 0, lambda v: jnp.sqrt(v * w), lambda v: v * w, x)
+
+  loss = lambda f, np_: lambda w, x: np_.sum(f(w, x))   # noqa: E731
+  g = adx.grad(loss(adx.vmap(ours, (None, 0)), anp), argnums=(0, 1))
+  g = adx.jit(g) if wrap == "jit" else g
+  want = jax.grad(loss(jax.vmap(theirs, (None, 0)), jnp), argnums=(0, 1))(w, xs)
+  for o, t in zip(g(w, xs), want):
+    np.testing.assert_allclose(o, t, rtol=1e-12)
+    assert np.isfinite(o).all()

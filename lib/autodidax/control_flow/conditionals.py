@@ -161,13 +161,18 @@ def _cond_vmap(axis_size, vals_in, dims_in, *, branches):
 
 def _cond_vmap_batched_index(axis_size, index, ops, in_batched, branches):
   """Every branch runs on the whole batch, and select_n picks per element.
-  `index`: int32[axis_size], clamped; `ops` batched at axis 0 where `in_batched`."""
+  `index`: int32[axis_size], clamped; `ops` batched at axis 0 where `in_batched`.
+  Each branch sees its inputs through `stop_gradient` where it isn't taken, so
+  a branch not taken (sqrt of a negative) sends no NaN back in reverse mode."""
   n_out = len(branches[0].out_avals)
   force = (True,) * n_out
+  ops = [x if b else batching.move_batch_axis(axis_size, not_mapped, 0, x)   # all batched
+         for x, b in zip(ops, in_batched)]
   results = []
-  for br in branches:
-    j, consts, _ = batch_jaxpr(br.jaxpr, axis_size, tuple(in_batched), force)
-    results.append(eval_jaxpr(j, [], *consts, *ops))
+  for i, br in enumerate(branches):
+    taken = lax.eq(index, np.int32(i))
+    j, consts, _ = batch_jaxpr(br.jaxpr, axis_size, (True,) * len(ops), force)
+    results.append(eval_jaxpr(j, [], *consts, *[_where_taken(taken, x) for x in ops]))
   outs = []
   for k in range(n_out):
     cases = [r[k] for r in results]
@@ -175,6 +180,16 @@ def _cond_vmap_batched_index(axis_size, index, ops, in_batched, branches):
     which = index if len(shape) == 1 else lax.broadcast(index, shape, range(1, len(shape)))
     outs.append(select_n(which, *cases))
   return outs
+
+
+def _where_taken(taken, x):
+  """`x` where the branch is taken, `stop_gradient(x)` elsewhere (floats only)."""
+  aval = get_aval(x)
+  if not is_float(aval):
+    return x
+  shape = aval.shape
+  which = taken if len(shape) == 1 else lax.broadcast(taken, shape, range(1, len(shape)))
+  return select_n(which, lax.stop_gradient(x), x)
 
 
 batching.vmap_rules[cond_p] = _cond_vmap
