@@ -78,8 +78,9 @@ def measure(ctx, platform: str, n: int, mode: str) -> dict:
   mine, other = ours.lower(*o_args).compile(), theirs.lower(jws, jx).compile()
   m, j = mine.memory_analysis(), other.memory_analysis()
   g_ours, g_jax = ours(*o_args), theirs(jws, jx)
+  tol = (2e-3, 2e-5) if platform == "cpu" else (2e-2, 2e-4)   # a GPU's f32 dots: TF32
   for a, b in zip(g_ours, g_jax):
-    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-3, atol=2e-5)
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=tol[0], atol=tol[1])
   t = ctx.time_many({"ours": lambda: ours(*o_args)[0].block_until_ready(),
                      "jax": lambda: theirs(jws, jx)[0].block_until_ready()},
                     repeat=2 if ctx.quick else 5)
