@@ -393,20 +393,35 @@ CONVERSIONS = {"float": float, "int": int, "bool": bool,
                "if": lambda t: 1.0 if t else 0.0}
 
 
-@pytest.mark.parametrize("how", ["jit", "vmap"])
+CONVERSIONS.update({"complex": lambda t: complex(t).real, "item": lambda t: t.item(),
+                    "tolist": lambda t: t.tolist()})
+
+
+@pytest.mark.parametrize("how", ["jit", "vmap", "jvp", "grad"])
 @pytest.mark.parametrize("name", list(CONVERSIONS))
-def test_concretizing_a_tracer_raises_a_concretization_error(name, how):
-  """As in JAX (whose ConcretizationTypeError is a TypeError), saying what
-  to do instead; and the context is restored."""
+def test_concretizing_a_tracer_raises_where_jax_does(name, how):
+  """Where JAX raises its ConcretizationTypeError (a TypeError), both designs
+  raise a ConcretizationError that says what to do instead, and the context
+  is restored; where JAX reads the known primal (bool, int, .item() under jvp
+  and grad, so `if x > 0:` works there), so do we."""
   convert = CONVERSIONS[name]
   f = lambda x: x * convert(x)
   run = {"jit": lambda T: T.jit(f)(1.5),
-         "vmap": lambda T: T.vmap(f)(np.ones(2))}[how]
-  with pytest.raises(TypeError):
-    run(jax)
-  trace = {"jit": "DynamicJaxprTrace", "vmap": "BatchTrace"}[how]
-  with pytest.raises(core.ConcretizationError, match=f"{trace}.*lax.cond"):
-    run(sl)
+         "vmap": lambda T: T.vmap(f)(np.ones(2)),
+         "jvp": lambda T: T.jvp(f, (1.5,), (1.,)),
+         "grad": lambda T: T.grad(f)(1.5)}[how]
+  try:
+    want = run(jax)
+  except TypeError:
+    want = None
+  trace = {"jit": "DynamicJaxprTrace", "vmap": "BatchTrace", "jvp": "JVPTrace",
+           "grad": "LinearizeTrace|JVPTrace"}[how]
+  for T in (sl, adx):
+    if want is None:
+      with pytest.raises(core.ConcretizationError, match=f"({trace}).*lax.cond"):
+        run(T)
+    else:
+      assert_trees_close(run(T), want, 1e-6)
 
 
 def test_grad_rejects_integer_inputs_and_outputs_as_jax_does():

@@ -387,12 +387,16 @@ class Tracer:
       return np.asarray(self.aval.val)
     raise ConcretizationError(self, what)
 
+  def _never(self, what: str):
+    """As JAX: float(), complex() and .tolist() never read a known value."""
+    raise ConcretizationError(self, what)
+
   __int__ = lambda self: int(self._concrete("a Python int"))
-  __float__ = lambda self: float(self._concrete("a Python float"))
-  __complex__ = lambda self: complex(self._concrete("a Python complex"))
+  __float__ = lambda self: self._never("a Python float")
+  __complex__ = lambda self: self._never("a Python complex")
   __index__ = lambda self: operator.index(self._concrete("an index")[()])
   item = lambda self: self._concrete("a Python scalar (.item())").item()
-  tolist = lambda self: self._concrete("a Python list (.tolist())").tolist()
+  tolist = lambda self: self._never("a Python list (.tolist())")
 
   def __array__(self, dtype=None, copy=None):
     raise TracerArrayConversionError(self)
