@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 import autodidax as adx
 import autodidax.numpy as anp
+from autodidax import stackless as sl
 from autodidax import ad, batching, core, custom_derivatives as cd, lax, lowering, viz
 from autodidax import partial_eval as pe
 from autodidax.custom_derivatives import (ClosedOverTracerError, NondiffTracerError,
@@ -302,13 +303,13 @@ def untaken_branch_difference(steps, how, jax_kind, our_kind) -> bool:
                   for n, w in steps))
 
 
-def assert_same(steps, how, x, y):
+def assert_same(steps, how, x, y, ours_bk=OURS):
   """Both raise the same kind of error, or agree on the values."""
   reverse_twice_in_loop = how in ("hessian", "grad_grad") and any(
       ("scan" in w or "fori" in w) and n.startswith("jvp") for n, w in steps)
   kind, theirs = outcome(THEIRS_UNROLLED if reverse_twice_in_loop else THEIRS,
                          steps, how, x, y)
-  kind_ours, ours = outcome(OURS, steps, how, x, y)
+  kind_ours, ours = outcome(ours_bk, steps, how, x, y)
   if untaken_branch_difference(steps, how, kind, kind_ours):
     return
   assert kind_ours == kind and (kind == "ok" or ours == theirs), (
@@ -326,6 +327,30 @@ def assert_close(ours, theirs, tol=1e-9):
     a, b = np.asarray(a), np.asarray(b)
     assert a.shape == b.shape and a.dtype == b.dtype, (a.shape, a.dtype, b.shape, b.dtype)
     np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
+
+
+def _sl_grad(f, argnums=0):
+  """jax.grad's argnums on autodidax.stackless's grad (first argument only)."""
+  nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+
+  def gradient(*args):
+    pick = lambda chosen: [chosen[nums.index(i)] if i in nums else a
+                           for i, a in enumerate(args)]
+    g = sl.grad(lambda chosen: f(*pick(chosen)))(tuple(args[i] for i in nums))
+    return g[0] if isinstance(argnums, int) else g
+  return gradient
+
+
+def _sl_hessian(f):   # forward over reverse, as jax.hessian
+  return lambda x: sl.vmap(lambda v: sl.jvp(sl.grad(f), (x,), (v,))[1])(
+      np.eye(x.size).reshape(x.size, *x.shape))
+
+
+# JAX today's design (the chapter "JAX today"), with the same custom functions.
+STACKLESS = SimpleNamespace(
+    X=SimpleNamespace(jit=sl.jit, vmap=sl.vmap, jvp=sl.jvp, linearize=sl.linearize,
+                      vjp=sl.vjp, grad=_sl_grad, hessian=_sl_hessian),
+    np=anp, lax=lax, cd=cd, name="ours")
 
 
 steps_st = st.lists(st.tuples(st.sampled_from(NAMES), st.sampled_from(WRAPPERS)),
@@ -356,6 +381,20 @@ def test_each_custom_function_under_each_transformation(name, how):
 @pytest.mark.parametrize("how", ["grad", "jvp", "vmap_grad", "jit"])
 def test_each_custom_function_inside_control_flow(name, wrapper, how):
   assert_same([(name, wrapper)], how, *_inputs(11))
+
+
+@settings(max_examples=max(1, settings.default.max_examples // 2))
+@given(steps_st, st.sampled_from(TRANSFORMS), st.integers(0, 2**16))
+def test_random_programs_match_jax_in_the_stackless_design(steps, how, seed):
+  """The same custom functions under autodidax.stackless's transformations."""
+  note(f"steps={steps} how={how}")
+  assert_same(steps, how, *_inputs(seed), ours_bk=STACKLESS)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("how", TRANSFORMS)
+def test_each_custom_function_under_each_stackless_transformation(name, how):
+  assert_same([(name, "none")], how, *_inputs(7), ours_bk=STACKLESS)
 
 
 def test_the_rule_is_used_not_the_body():

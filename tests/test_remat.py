@@ -497,3 +497,31 @@ def test_remat_graph_marks_saved_and_recomputed_equations():
   assert viz.policy_name(P.save_only_these_names("b", "a")) == "save_only_these_names('a', 'b')"
   assert viz.policy_name(P.save_from_both_policies(P.dots_saveable, P.nothing_saveable)) == \
       "save_from_both_policies(dots_saveable, nothing_saveable)"
+
+
+# --- In JAX today's design (autodidax.stackless) -------------------------------------------------
+
+SL_TRANSFORMS = ["grad", "jit(grad)", "grad(jit)", "vjp", "linearize", "jvp", "vmap(grad)",
+                 "grad(vmap)", "grad(grad)", "grad(scan(checkpoint))",
+                 "jit(grad(scan(checkpoint)))"]
+
+
+@pytest.mark.parametrize("transform", SL_TRANSFORMS)
+@pytest.mark.parametrize("policy", POLICIES)
+def test_checkpoint_agrees_with_jax_in_the_stackless_design(policy, transform):
+  from test_custom_derivatives import STACKLESS
+  f, g = make_pair(policy)
+  ours = TRANSFORMS[transform](f, OURS, STACKLESS.X)(*inputs())
+  theirs = TRANSFORMS[transform](g, THEIRS, jax)(*inputs())
+  close(ours, theirs)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_stackless_linearize_saves_what_the_policy_saves(policy):
+  """The policy acts in partial evaluation in both designs: the stackless
+  linear jaxpr holds as many residuals as Parts 1-4's reverse mode saves."""
+  from autodidax import stackless as sl
+  f, _ = make_pair(policy)
+  x, w, v = inputs()
+  _, _, consts, _ = sl.linearize_jaxpr(lambda w: f(x, w, v), w)
+  assert len(consts) == len(ad_checkpoint.saved_residuals(lambda w: f(x, w, v), w))

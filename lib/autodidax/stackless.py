@@ -497,6 +497,28 @@ design = core.Design("stackless", bind=bind_current,
                      vmap=vmap_flat)
 
 
+# --- Custom rules (custom_jvp, custom_vjp), traced in this design ----------
+
+def trace_to_jaxpr_reading(f, in_avals, stand_ins) -> tuple[Jaxpr, list]:
+  """`trace_to_jaxpr`, where a use of `stand_ins[i]` reads input i instead
+  of becoming a constant: a custom rule that uses what the custom function's
+  body closes over reads it as the equation's operand (custom_derivatives)."""
+  with running(DynamicJaxprTrace()) as trace:
+    ins = [trace.new_arg(a) for a in in_avals]
+    for x, t in zip(stand_ins, ins):
+      trace.consts[id(x)], trace.keep = (t, x), trace.keep + [x]
+    with set_current_trace(trace):
+      outs = [trace.to_jaxpr_tracer(y) for y in f(*ins)]
+    for x in stand_ins:
+      del trace.consts[id(x)]
+    return trace.to_jaxpr(ins, outs)
+
+
+def evaluating() -> bool:
+  """Whether the current trace is the evaluator: nothing is traced."""
+  return type(current_trace()) is EvalTrace
+
+
 # --- Where each piece lives in JAX today -----------------------------------
 # (concept, the name in Parts 1-4, the name here, the name under jax._src);
 # each name is a real attribute: the chapter and tests/test_stackless.py
