@@ -286,12 +286,16 @@ def barrier_program(blocks, differentiated):
 
 def _barrier_cases(rng) -> list[tuple]:
   """Six (blocks, differentiated): three differentiated programs of three blocks, which use
-  every block between them, one of two blocks, and two that aren't differentiated."""
-  pick = lambda n: [str(b) for b in rng.choice(list(BLOCKS), n)]
+  every block between them, one of two blocks, and two that aren't differentiated (the
+  first with a checkpoint that prevents CSE)."""
+  pick = lambda n, blocks=tuple(BLOCKS): [str(b) for b in rng.choice(blocks, n)]
   pool = [*BLOCKS, *pick(5)]
   rng.shuffle(pool)
   cases = [(tuple(pool[i:i + 3]), True) for i in (0, 3, 6)]
-  return cases + [(tuple(pick(2)), True), (tuple(pick(3)), False), (tuple(pick(2)), False)]
+  undifferentiated = [*pick(1, ("checkpoint", "nested")), *pick(2)]
+  rng.shuffle(undifferentiated)
+  return cases + [(tuple(pick(2)), True), (tuple(undifferentiated), False),
+                  (tuple(pick(2)), False)]
 
 
 @probe("R.5", answers=("BARRIER", "count_barriers"))
