@@ -237,7 +237,7 @@ def delegating(part, solutions) -> dict:
 # from the library's scan, a chain of traces, a jaxpr read by hand, and functions that use
 # custom_jvp/custom_vjp (D.4–D.6).
 NOTHING_TO_DELEGATE = {"2.6", "4.7", "4.9", "T.5", "C.6", "P.1", "P.2", "P.3", "P.4", "P.5", "P.6",
-                       "D.4", "D.5", "D.6"}
+                       "D.4", "D.5", "D.6", "R.4", "R.5"}
 
 
 def expected(part, name) -> dict:

@@ -5,6 +5,7 @@ lowering, the memory XLA assigns, and the rules of `remat` and `name`."""
 import contextlib
 import inspect
 import io
+import itertools
 import math
 import re
 from pathlib import Path
@@ -321,6 +322,63 @@ def test_saved_residuals_inside_jit_and_a_scan_name_their_source():
   assert saved_lines(print_saved_residuals, lambda x: anp.sum(x * 2.), x) == []
 
 
+# --- Exercise R.3: its reference answer is the library's answer ----------------------------------
+
+def _exercise_entry(src: str) -> str:
+  """A `saved_residuals` source as Exercise R.3 writes it: "argument x", "named h", "exp"."""
+  for pattern, entry in [(r"from the argument (\S+)$", "argument {}"),
+                         (r"named '(\w+)' from ", "named {}"), (r"output of (\w+) from ", "{}")]:
+    if m := re.match(pattern, src):
+      return entry.format(m[1])
+  raise AssertionError(f"an unexpected source: {src}")
+
+
+@pytest.fixture(scope="module")
+def exercise_r3() -> dict:
+  """The namespace of R.3's given cell and reference solution (exercises/source/remat.md)."""
+  return _exercise_namespace("given-residual-chains", "exR-3-solution")
+
+
+def _exercise_namespace(*cell_ids) -> dict:
+  from coursekit import stubs
+  nb = stubs.read_source(Path(__file__).resolve().parents[1] / "exercises" / "source" / "remat.md")
+  ns = dict(np=np, adx=adx, anp=anp, P=P, checkpoint_name=checkpoint_name)
+  cells = {c.id: c.source for c in nb.cells}
+  for cell_id in cell_ids:
+    exec(compile(cells[cell_id], f"<cell {cell_id}>", "exec"), ns)
+  return ns
+
+
+def test_exercise_r3_reference_predicts_every_chain_the_probe_draws(exercise_r3):
+  """Every chain of up to MAX_OPS ops under every policy, not only the probe's draws: the
+  reference answer must be exactly what print_saved_residuals prints, in order."""
+  from coursekit.probes import remat as probes
+  predict, x = exercise_r3["predict_residuals"], np.array([0.3, 0.7, 1.1])
+  for seed in range(3):   # the probe draws from that set
+    for ops, policy in probes._residual_cases(np.random.default_rng(seed)):
+      assert set(ops) <= set(probes.OPS) and len(ops) <= probes.MAX_OPS
+      assert policy in probes.POLICIES
+  for n in range(probes.MAX_OPS + 1):
+    for ops in itertools.product(probes.OPS, repeat=n):
+      for policy in probes.POLICIES:
+        f = probes.chain(ops, policy)
+        want = [_exercise_entry(src) for _, src in ad_checkpoint.saved_residuals(f, x)]
+        assert predict(ops, policy) == want, (ops, policy)
+
+
+def test_exercise_r3_notebook_builds_the_probes_functions(exercise_r3):
+  from coursekit.probes import remat as probes
+  assert set(exercise_r3["OPS"]) == set(probes.OPS)
+  assert {None, *exercise_r3["POLICIES"]} == set(probes.POLICIES)
+  x = exercise_r3["x"]
+  saved = lambda f: [_exercise_entry(src) for _, src in ad_checkpoint.saved_residuals(f, x)]
+  for ops in [("exp", "name", "log"), ("tanh", "square", "cos"), ("name", "sin", "exp")]:
+    for policy in probes.POLICIES:
+      ours, probes_own = exercise_r3["chain"](ops, policy), probes.chain(ops, policy)
+      assert saved(ours) == saved(probes_own)
+      np.testing.assert_allclose(adx.grad(ours)(x), adx.grad(probes_own)(x))
+
+
 # --- The optimization barrier -----------------------------------------------------------------
 
 def _loss(x, w, np_=anp):
@@ -353,6 +411,28 @@ def test_no_barrier_without_differentiation_and_one_per_scan_body():
   text = adx.jit(adx.grad(scanned, 1)).lower(np.stack([x, x]), w).as_text()
   runtime.verify(text)
   assert text.count("stablehlo.optimization_barrier") == 1   # in the backward loop's body
+
+
+@pytest.fixture(scope="module")
+def exercise_r5() -> dict:
+  """The namespace of R.5's given cell and reference solution (exercises/source/remat.md)."""
+  return _exercise_namespace("given-barrier-programs", "exR-5-solution")
+
+
+def test_exercise_r5_reference_counts_every_program_the_probe_draws(exercise_r5):
+  from coursekit.probes import remat as probes
+  count = exercise_r5["count_barriers"]
+  for seed in range(3):
+    for blocks, _ in probes._barrier_cases(np.random.default_rng(seed)):
+      assert set(blocks) <= set(probes.BLOCKS) and len(blocks) <= probes.MAX_BLOCKS
+  assert set(exercise_r5["BLOCKS"]) == set(probes.BLOCKS)
+  for n in range(probes.MAX_BLOCKS + 1):
+    for blocks in itertools.product(probes.BLOCKS, repeat=n):
+      for differentiated in (False, True):
+        for make in (probes.barrier_program, exercise_r5["program"]):
+          text = adx.jit(make(blocks, differentiated)).lower(0.5).as_text()
+          assert count(blocks, differentiated) == text.count(
+              "stablehlo.optimization_barrier"), (blocks, differentiated)
 
 
 # --- What it costs and what it saves -------------------------------------------------------------

@@ -3,13 +3,13 @@
 Each probe runs the learner's answer on inputs from `p.rng` and records what
 comes out; the reference solution's records at the same seed decide.
 """
-import math
+import collections
 
 import numpy as np
 
 import autodidax as adx
 import autodidax.numpy as anp
-from autodidax import ad_checkpoint, lax
+from autodidax import lax
 from autodidax.ad_checkpoint import checkpoint_name, name_p
 from autodidax.core import ShapedArray
 
@@ -25,6 +25,12 @@ def _residual_count(f, *args):
 
 
 # --- R.1: the split that follows a policy -------------------------------------------------
+
+def _census(eqns) -> str:
+  """The primitives of some equations, counted: "cos, dot_general ×2, mul ×3"."""
+  counts = collections.Counter(e.primitive.name for e in eqns)
+  return ", ".join(name if n == 1 else f"{name} ×{n}" for name, n in sorted(counts.items()))
+
 
 def _mlp(x, w, v):
   h = checkpoint_name(anp.tanh(x @ w), "h")
@@ -62,10 +68,8 @@ def probe_R_1(p, split_by_policy):
       if not ok:
         return
       known, staged, out_uk = out
-      p.value(f"{what}: the primitives that run now",
-              sorted(e.primitive.name for e in known))
-      p.value(f"{what}: the primitives staged",
-              sorted(e.primitive.name for e in staged))
+      p.value(f"{what}: the primitives that run now", _census(known))
+      p.value(f"{what}: the primitives staged", _census(staged))
       p.value(f"{what}: which outputs are unknown", list(out_uk))
   jaxpr = adx.make_jaxpr(lambda a, b: (a * 2., b, 3., anp.sin(a) + b))(1., 2.).jaxpr
   p.value("split_by_policy with a literal output and an input as an output",
@@ -157,27 +161,64 @@ def probe_R_2(p, weights_products, either):
 
 
 # --- R.3: predict the saved residuals ----------------------------------------------------------
+# f(x) = sum(op_n(...op_1(x))) for x: f64[3], each op one of OPS ("name" names its
+# input "h"), reverse mode of f itself (policy None) or of checkpoint(f, policy=...).
 
-QUESTIONS = ("layer", "checkpoint(layer)", "checkpoint(layer, dots_saveable)",
-             "checkpoint(squared_name, save_only_these_names('sq'))", "double_exp")
+NONLINEAR = ("sin", "cos", "exp", "log", "tanh", "square")
+OPS = NONLINEAR + ("name",)
+POLICIES = {None: None, "nothing_saveable": P.nothing_saveable,
+            "everything_saveable": P.everything_saveable,
+            "save_only_these_names('h')": P.save_only_these_names("h")}
+MAX_OPS = 3   # the longest chain the probe draws (tests/test_remat.py checks every one)
+_APPLY = {"sin": anp.sin, "cos": anp.cos, "exp": anp.exp, "log": anp.log, "tanh": anp.tanh,
+          "square": lambda v: v * v, "name": lambda v: checkpoint_name(v, "h")}
 
 
-@probe("R.3", answers=("RESIDUALS",),
+def chain(ops, policy):
+  """The function that `predict_residuals(ops, policy)` is about."""
+  def f(x):
+    for op in ops:
+      x = _APPLY[op](x)
+    return anp.sum(x)
+  return f if policy is None else adx.checkpoint(f, policy=POLICIES[policy])
+
+
+def _residual_cases(rng) -> list[tuple]:
+  """Seven (ops, policy): three chains without a checkpoint, which use every op between
+  them; one with everything saveable, where an op's output is saved for the next op
+  after a value made for its own tangent; then a checkpoint, and two that save h."""
+  pick = lambda ops, n=None: [str(op) for op in rng.choice(ops, n)] if n else str(rng.choice(ops))
+  pool = [*NONLINEAR, "name", *pick(NONLINEAR, 2)]
+  rng.shuffle(pool)
+  cases = [(tuple(str(op) for op in pool[i:i + 3]), None) for i in (0, 3, 6)]
+  ordered = (pick(("sin", "cos", "tanh")), pick(("log", "square")), pick(NONLINEAR))
+  cases.append((ordered, "everything_saveable"))
+  a, b, c = pick(NONLINEAR, 3)
+  cases.append(((a, b, c), "nothing_saveable"))
+  cases.append(((a, "name", b), "save_only_these_names('h')"))   # h in the middle
+  edge = ("name", c, a) if rng.random() < .5 else (c, a, "name")   # h first or last
+  cases.append((edge, "save_only_these_names('h')"))
+  return cases
+
+
+@probe("R.3", answers=("predict_residuals",),
        removes={"autodidax.ad_checkpoint:saved_residuals": None,
                 "autodidax.ad_checkpoint:print_saved_residuals": None,
                 "autodidax.ad_checkpoint:_describe_residuals": None,
                 "autodidax.viz:remat_split": None,
                 "autodidax.viz:remat_graph": None})
-def probe_R_3(p, RESIDUALS):
-  p.value("RESIDUALS is a dict with the five questions as keys",
-          sorted(RESIDUALS) == sorted(QUESTIONS) if isinstance(RESIDUALS, dict) else False)
-  for q in QUESTIONS:
-    answer = RESIDUALS.get(q) if isinstance(RESIDUALS, dict) else None
-    if not isinstance(answer, (list, tuple)):
-      p.value(f"the residuals of {q}: a list", f"a {type(answer).__name__}")
-      continue
-    p.value(f"the residuals of {q}: how many", len(answer))
-    p.value(f"the residuals of {q}", [" ".join(str(a).split()) for a in answer], secret=True)
+def probe_R_3(p, predict_residuals):
+  cases = _residual_cases(p.rng)
+  for i, (ops, policy) in enumerate(cases, 1):
+    what = f"case {i} of {len(cases)}"
+    p.given(ops=ops, policy=policy)
+    answer = p.call(f"predict_residuals, {what}", predict_residuals, ops, policy)
+    if isinstance(answer, (list, tuple)):
+      answer = [" ".join(str(a).split()) for a in answer]
+    else:
+      answer = f"not a list but a {type(answer).__name__}"
+    p.value(f"the residuals, {what}", answer)
+  p.given()
 
 
 # --- R.4: checkpoints in a scan, on a memory budget --------------------------------------------
@@ -200,6 +241,15 @@ def _plain_loss(ws, x):   # the notebook's plain_loss (the probe's own copy)
   return anp.sum(x * x)
 
 
+def _gradient_summary(grads, picks) -> dict:
+  """A gradient (of ws: two stacks of n matrices) in a few numbers, for the records: its
+  dtypes, the norm of each layer's matrices, and the entries at `picks` (4 per stack)."""
+  dtypes = [str(np.asarray(g).dtype) for g in grads]
+  g1, g2 = (np.asarray(g, np.float64) for g in grads)
+  return {"dtypes": dtypes, "norms": np.stack([np.linalg.norm(g, axis=(1, 2)) for g in (g1, g2)]),
+          "entries": np.array([g1[i] for i in picks[:4]] + [g2[i] for i in picks[4:]])}
+
+
 @probe("R.4", answers=("budget_loss",))
 def probe_R_4(p, budget_loss):
   plain_loss = _plain_loss
@@ -208,7 +258,10 @@ def probe_R_4(p, budget_loss):
     p.value(f"{n} layers: the loss", p.call(f"budget_loss with {n} layers",
                                             budget_loss, ws, x), rtol=1e-4, atol=1e-4)
     grads = p.call(f"grad of budget_loss, {n} layers", adx.jit(adx.grad(budget_loss)), ws, x)
-    p.value(f"{n} layers: the gradient", grads, rtol=2e-4, atol=1e-5)
+    picks = [tuple(int(p.rng.integers(k)) for k in w.shape) for w in ws for _ in range(4)]
+    p.value(f"{n} layers: the gradient, each layer's norm and a few entries",
+            p.call(f"the gradient of budget_loss, {n} layers", _gradient_summary, grads, picks),
+            rtol=2e-4, atol=1e-5)
     mine = p.call(f"compiling jit(grad(budget_loss)), {n} layers", _temp, budget_loss, ws, x)
     plain = _temp(plain_loss, ws, x)
     p.value(f"{n} layers: temp memory at most half of plain_loss's", mine * 2 <= plain)
@@ -216,22 +269,46 @@ def probe_R_4(p, budget_loss):
 
 # --- R.5: why prevent_cse ----------------------------------------------------------------------
 
-COUNT_KEYS = ("jit(checkpoint(f))", "jit(grad(checkpoint(f)))",
-              "jit(grad(checkpoint(f, prevent_cse=False)))",
-              "jit(grad(lambda x: checkpoint(f)(checkpoint(f)(x))))")
+BLOCKS = {"sin": anp.sin, "checkpoint": adx.checkpoint(anp.sin),
+          "checkpoint(prevent_cse=False)": adx.checkpoint(anp.sin, prevent_cse=False),
+          "nested": adx.checkpoint(lambda v: anp.cos(adx.checkpoint(anp.sin)(v)))}
+MAX_BLOCKS = 3   # the longest program the probe draws (tests/test_remat.py checks every one)
 
 
-@probe("R.5", answers=("BARRIER",))
-def probe_R_5(p, BARRIER):
-  ok = isinstance(BARRIER, dict) and sorted(BARRIER) == ["count", "scan", "where", "without"]
-  p.value("BARRIER has the keys where, without, scan and count", ok)
-  if not ok:
-    return
-  for key in ("where", "without", "scan"):
-    p.value(f"BARRIER[{key!r}]", str(BARRIER[key]).strip().lower(), secret=True)
-  counts = BARRIER["count"]
-  ok = isinstance(counts, dict) and sorted(counts) == sorted(COUNT_KEYS)
-  p.value("BARRIER['count'] has the four programs as keys", ok)
+def barrier_program(blocks, differentiated):
+  """The program that `count_barriers(blocks, differentiated)` is about."""
+  def g(x):
+    for block in blocks:
+      x = BLOCKS[block](x)
+    return x
+  return adx.grad(g) if differentiated else g
+
+
+def _barrier_cases(rng) -> list[tuple]:
+  """Six (blocks, differentiated): three differentiated programs of three blocks, which use
+  every block between them, one of two blocks, and two that aren't differentiated (the
+  first with a checkpoint that prevents CSE)."""
+  pick = lambda n, blocks=tuple(BLOCKS): [str(b) for b in rng.choice(blocks, n)]
+  pool = [*BLOCKS, *pick(5)]
+  rng.shuffle(pool)
+  cases = [(tuple(pool[i:i + 3]), True) for i in (0, 3, 6)]
+  undifferentiated = [*pick(1, ("checkpoint", "nested")), *pick(2)]
+  rng.shuffle(undifferentiated)
+  return cases + [(tuple(pick(2)), True), (tuple(undifferentiated), False),
+                  (tuple(pick(2)), False)]
+
+
+@probe("R.5", answers=("BARRIER", "count_barriers"))
+def probe_R_5(p, BARRIER, count_barriers):
+  ok = isinstance(BARRIER, dict) and sorted(BARRIER) == ["scan", "where", "without"]
+  p.value("BARRIER has the keys where, without and scan", ok)
   if ok:
-    for key in COUNT_KEYS:
-      p.value(f"BARRIER['count'][{key!r}]", counts[key], secret=True)
+    for key in ("where", "without", "scan"):
+      p.value(f"BARRIER[{key!r}]", str(BARRIER[key]).strip().lower(), secret=True)
+  cases = _barrier_cases(p.rng)
+  for i, (blocks, differentiated) in enumerate(cases, 1):
+    what = f"case {i} of {len(cases)}"
+    p.given(blocks=blocks, differentiated=differentiated)
+    p.value(f"count_barriers, {what}",
+            p.call(f"count_barriers, {what}", count_barriers, blocks, differentiated))
+  p.given()
