@@ -235,21 +235,29 @@ def probe_M_5(p, predict_collectives):
       compiled[case] = _collectives(hlo)
     return compiled[case]
 
-  # Six cases drawn from the seeded rng, so that every part of a rule shows: a resharding
-  # with an all-to-all, one with an all-gather, one of a cut x that needs nothing, a sum
-  # with an all-reduce, one of a cut x without, and any case at all; shown in a seeded order.
-  kinds = [(False, lambda c: "all-to-all" in c), (False, lambda c: "all-gather" in c),
-           (False, lambda c: not c), (True, lambda c: "all-reduce" in c),
-           (True, lambda c: "all-reduce" not in c), (None, lambda c: True)]
+  def cut(spec, dim):   # the mesh axis that cuts a dimension, or None
+    return spec[dim] if dim < len(spec) else None
+
+  # Seven cases drawn from the seeded rng, one of each kind, so that every part of a rule
+  # shows; they are shown in a seeded order. A kind is a test of the specs (in, out, sum
+  # axis) and, for the reshardings, of the collectives the program has.
+  kinds = [
+      (lambda i, o, s: s is None, lambda c: "all-to-all" in c),
+      (lambda i, o, s: s is None, lambda c: "all-gather" in c),
+      (lambda i, o, s: s is None and any(i) and i != o, lambda c: not c),
+      # sums whose summed dimension is cut, by an axis that cuts the result or not
+      (lambda i, o, s: s is not None and cut(i, s) is not None and cut(i, s) in o, None),
+      (lambda i, o, s: s is not None and cut(i, s) is not None and cut(i, s) not in o, None),
+      # the sum of the rows, with the columns cut by the same axis before and after
+      (lambda i, o, s: s == 0 and cut(i, 1) is not None and cut(i, 1) in o, None),
+      (lambda i, o, s: not (s is None and i == o), None),
+  ]
   chosen = []
-  for is_sum, wanted in kinds:
+  for of_specs, of_collectives in kinds:
     for i in p.rng.permutation(len(M5_CASES)):
       case = M5_CASES[i]
-      resharding = case[2] is None
-      if (case in chosen or (resharding and case[0] == case[1])
-          or (is_sum is not None and (is_sum == resharding or not case[0]))):
-        continue
-      if wanted(collectives(case)):
+      if (case not in chosen and of_specs(*case)
+          and (of_collectives is None or of_collectives(collectives(case)))):
         chosen.append(case)
         break
   order = p.rng.permutation(len(chosen))
