@@ -12,6 +12,7 @@ import json
 import os
 import sys
 import traceback
+from pathlib import Path
 
 assert "--xla_force_host_platform_device_count=8" in os.environ.get("XLA_FLAGS", ""), \
     "run with XLA_FLAGS=--xla_force_host_platform_device_count=8"
@@ -20,7 +21,7 @@ import numpy as np  # noqa: E402
 
 import autodidax as adx  # noqa: E402
 import autodidax.numpy as anp  # noqa: E402
-from autodidax import lax  # noqa: E402
+from autodidax import lax, spmd  # noqa: E402
 from autodidax.sharding import NamedSharding, P  # noqa: E402
 
 import jax  # noqa: E402
@@ -28,6 +29,7 @@ import jax.numpy as jnp  # noqa: E402
 from jax import lax as jlax  # noqa: E402
 
 AUTO = jax.sharding.AxisType.Auto
+ROOT = Path(__file__).resolve().parents[1]
 RNG = np.random.default_rng(0)
 CASES = {}
 
@@ -360,6 +362,35 @@ def sharded_arrays_flow_between_programs():
   g = adx.jit(adx.shard_map(lambda v: lax.psum(v, "data"), mesh=M2, in_specs=P("data"),
                             out_specs=P()))
   close(g(y), (np.asarray(x) * 2).reshape(4, 4, 4).sum(0))
+
+
+@case
+def exercise_m5_reference_matches_the_partitioner():
+  """M.5's reference predicts the collectives of every case the probe can draw, as the
+  library's partitioned program and JAX's have them (so the reference is never wrong)."""
+  from coursekit import stubs
+  from coursekit.probes import many_devices as probes
+  source = ROOT / "exercises" / "source" / "many_devices.md"
+  namespace = {}
+  for cell in stubs.exercises(stubs.read_source(source))["M.5"]["solution"]:
+    exec(cell.source, namespace)
+  predict = namespace["predict_collectives"]
+  x = np.zeros(probes.M5_SHAPE, np.float32)
+  outcomes, wrong = set(), []
+  for in_spec, out_spec, sum_axis in probes.M5_CASES:
+    ours = spmd.collectives_in(probes.m5_program(M2, in_spec, out_spec, sum_axis)
+                               .lower(x).compile().as_text())
+    f = (lambda v: v * 2.) if sum_axis is None else (lambda v: jnp.sum(v, axis=sum_axis))
+    JS = lambda spec: jax.sharding.NamedSharding(JM2, jax.P(*spec))
+    theirs = spmd.collectives_in(jax.jit(f, in_shardings=JS(in_spec), out_shardings=JS(out_spec))
+                                 .lower(jnp.asarray(x)).compile().as_text())
+    said = predict(in_spec, out_spec, sum_axis=sum_axis)
+    if not ours == theirs == sorted(said):
+      wrong.append(f"{in_spec} -> {out_spec}, sum_axis={sum_axis}: reference {said}, "
+                   f"autodidax {ours}, JAX {theirs}")
+    outcomes.add(tuple(ours))
+  assert not wrong, "\n".join(wrong)
+  assert () in outcomes and set().union(*outcomes) == {"all-reduce", "all-gather", "all-to-all"}
 
 
 def main():
