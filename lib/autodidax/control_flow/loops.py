@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import ad, batching, lax, lowering
+from ..flop_count import flops_call_rules
 from .. import partial_eval as pe
 from ..ad import Zero, instantiate_zeros
 from ..api import shaped_abstractify
@@ -98,11 +99,11 @@ def _as_int32(x):
   return x if aval.dtype == np.int32 else lax.convert_element_type(x, np.int32)
 
 
-def _while_impl(*args, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts):
+def _while_impl(*args, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts, run=eval_jaxpr):
   cc, bc, carry = args[:cond_nconsts], args[cond_nconsts:cond_nconsts + body_nconsts], \
       list(args[cond_nconsts + body_nconsts:])
-  while bool(np.asarray(eval_jaxpr(cond_jaxpr.jaxpr, [], *cc, *carry)[0])):
-    carry = eval_jaxpr(body_jaxpr.jaxpr, [], *bc, *carry)
+  while bool(np.asarray(run(cond_jaxpr.jaxpr, [], *cc, *carry)[0])):
+    carry = run(body_jaxpr.jaxpr, [], *bc, *carry)
   return carry
 
 
@@ -123,6 +124,7 @@ def _while_abstract_eval(*args, cond_jaxpr, body_jaxpr, cond_nconsts, body_ncons
 
 
 impl_rules[while_p] = _while_impl
+flops_call_rules[while_p] = _while_impl   # with a `run` that counts: every trip
 abstract_eval_rules[while_p] = _while_abstract_eval
 
 
@@ -384,12 +386,12 @@ def scan(f, init, xs, length=None, reverse=False):
   return [carry, ys] if kind is list else kind(carry, ys)   # (a namedtuple)
 
 
-def _scan_impl(*args, jaxpr, num_consts, num_carry, length, reverse):
+def _scan_impl(*args, jaxpr, num_consts, num_carry, length, reverse, run=eval_jaxpr):
   consts, carry = args[:num_consts], list(args[num_consts:num_consts + num_carry])
   xs = [np.asarray(x) for x in args[num_consts + num_carry:]]
   ys = [None] * length
   for i in (reversed(range(length)) if reverse else range(length)):
-    outs = eval_jaxpr(jaxpr.jaxpr, [], *consts, *carry, *[x[i] for x in xs])
+    outs = run(jaxpr.jaxpr, [], *consts, *carry, *[x[i] for x in xs])
     carry, ys[i] = outs[:num_carry], outs[num_carry:]
   y_avals = jaxpr.out_avals[num_carry:]
   stacked = [np.stack([np.asarray(y[k]) for y in ys]) if length else
@@ -417,6 +419,7 @@ def _scan_abstract_eval(*args, jaxpr, num_consts, num_carry, length, reverse):
 
 
 impl_rules[scan_p] = _scan_impl
+flops_call_rules[scan_p] = _scan_impl   # with a `run` that counts: every iteration
 abstract_eval_rules[scan_p] = _scan_abstract_eval
 
 
