@@ -371,6 +371,18 @@ def test_lowering_verifies(name):
   assert_close(adx.jit(f)(*args), f(*args))
 
 
+def test_carry_fixpoint_spreads_along_the_carry():
+  from autodidax.control_flow.loops import carry_fixpoint
+  shift = lambda c: [False] + c[:-1]   # carry k takes carry k-1's value
+  assert carry_fixpoint([False, True, False, False], shift) == [False, True, True, True]
+  assert carry_fixpoint([False, False], shift) == [False, False]
+  # a rotating carry (x, y) -> (y, x): one nonzero tangent makes both nonzero
+  f = lambda x, y: lax.fori_loop(0, 3, lambda i, c: (c[1] * 2., c[0]), (x, y))
+  assert jax.jvp(lambda x: jax.lax.fori_loop(0, 3, lambda i, c: (c[1] * 2., c[0]), (x, 1.)),
+                 (1.,), (1.,))[1] == (0., 2.)
+  assert adx.jvp(lambda x: f(x, 1.), (1.,), (1.,))[1] == (0., 2.)
+
+
 # --- FLOPS ----------------------------------------------------------------------------------------
 
 def test_flops_counts_per_primitive_and_trip_counts():
