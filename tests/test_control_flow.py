@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import autodidax as adx
 import autodidax.numpy as anp
 from autodidax import control_flow as cf
-from autodidax import lax, runtime
+from autodidax import core, lax, runtime
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:jax.*")
 
@@ -371,6 +371,18 @@ def test_lowering_verifies(name):
   assert_close(adx.jit(f)(*args), f(*args))
 
 
+def test_carry_fixpoint_spreads_along_the_carry():
+  from autodidax.control_flow.loops import carry_fixpoint
+  shift = lambda c: [False] + c[:-1]   # carry k takes carry k-1's value
+  assert carry_fixpoint([False, True, False, False], shift) == [False, True, True, True]
+  assert carry_fixpoint([False, False], shift) == [False, False]
+  # a rotating carry (x, y) -> (y, x): one nonzero tangent makes both nonzero
+  f = lambda x, y: lax.fori_loop(0, 3, lambda i, c: (c[1] * 2., c[0]), (x, y))
+  assert jax.jvp(lambda x: jax.lax.fori_loop(0, 3, lambda i, c: (c[1] * 2., c[0]), (x, 1.)),
+                 (1.,), (1.,))[1] == (0., 2.)
+  assert adx.jvp(lambda x: f(x, 1.), (1.,), (1.,))[1] == (0., 2.)
+
+
 # --- FLOPS ----------------------------------------------------------------------------------------
 
 def test_flops_counts_per_primitive_and_trip_counts():
@@ -389,6 +401,23 @@ def test_flops_counts_per_primitive_and_trip_counts():
 def test_flops_dot_general():
   a, b = np.ones((4, 5)), np.ones((5, 6))
   assert adx.flops(lambda a, b: a @ b)(a, b).total == 2 * 4 * 5 * 6
+
+
+def test_flops_rules_live_in_tables_keyed_by_primitive():
+  from autodidax.control_flow import clamp_p, cond_p, scan_p, select_n_p, while_p
+  from autodidax.flop_count import flops_call_rules, flops_rules
+  assert {cond_p, while_p, scan_p} <= set(flops_call_rules)   # they run sub-jaxprs
+  assert {select_n_p, clamp_p, adx.lax.dot_general_p} <= set(flops_rules)
+  # a primitive without a FLOPS rule: the error names the rule and the primitive
+  twice_p = adx.Primitive("twice")
+  with core.impl_rules.override(twice_p, lambda x: 2 * x), \
+       core.abstract_eval_rules.override(twice_p, lambda x: x):
+    f = lambda x: twice_p.bind(x) + 1.
+    assert_close(f(np.ones(2)), 3 * np.ones(2))
+    with pytest.raises(adx.MissingRuleError, match="FLOPS rule for 'twice'.*flops_rules"):
+      adx.flops(f)(np.ones(2))
+    with flops_rules.override(twice_p, lambda avals_in, avals_out: 7):
+      assert adx.flops(f)(np.ones(2)).by_primitive == {"twice": 7, "add": 2}
 
 
 # --- Pictures --------------------------------------------------------------------------------------

@@ -135,3 +135,12 @@ def test_staging_levels_show_their_builder_not_a_raw_repr():
   svg = _svg(viz.stack_graph(seen["stack"]))
   assert "object at 0x" not in svg and "&lt;autodidax" not in svg
   assert "JaxprBuilder: " in svg and "equations so far" in svg
+
+
+def test_every_trace_colour_names_a_trace_of_the_library():
+  from autodidax import core, stackless, viz  # noqa: F401  (stackless defines traces too)
+
+  def subclasses(c):
+    return {c.__name__} | {n for s in c.__subclasses__() for n in subclasses(s)}
+  traces = subclasses(core.Trace) | subclasses(stackless.Trace)
+  assert set(viz.TRACE_COLORS) <= traces, set(viz.TRACE_COLORS) - traces

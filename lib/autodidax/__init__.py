@@ -13,7 +13,7 @@ from .core import MissingRuleError, Primitive  # noqa: F401
 from . import lowering, xla  # noqa: F401  (runtime.py imports jax only when used)
 from .xla import Array, jit  # noqa: F401
 from . import control_flow  # noqa: F401
-from .control_flow import flops  # noqa: F401
+from .flop_count import flops  # noqa: F401
 
 # Like `jax.lax`, `autodidax.lax` is where users find control flow too. It is
 # written in control_flow, which builds on lax, so lax gets it from here.

@@ -34,7 +34,7 @@ from .control_flow.common import (at_axis0, batch_jaxpr, jvp_jaxpr,
                                   trace_flat)
 from .core import (ConcretizationError, Primitive, abstract_eval_rules,
                    impl_rules)
-from .flop_count import flops_rules
+from .flop_count import flops_call_rules, flops_rules
 from .jaxpr import Jaxpr, JaxprEqn, Var, eval_jaxpr
 from .tree_util import flatten_fun, tree_flatten, tree_map, tree_unflatten
 from .xla import transpose_jaxpr, xla_call_p
@@ -175,8 +175,8 @@ def checkpoint_name(x, name: str):
 
 # --- The rules of remat: transform the jaxpr, bind remat again ---------
 
-def _remat_impl(*args, jaxpr, prevent_cse, differentiated, policy):
-  return eval_jaxpr(jaxpr, [], *args)
+def _remat_impl(*args, jaxpr, prevent_cse, differentiated, policy, run=eval_jaxpr):
+  return run(jaxpr, [], *args)
 
 
 def _remat_abstract_eval(*avals, jaxpr, prevent_cse, differentiated,
@@ -275,9 +275,9 @@ ad.transpose_rules[remat_p] = _remat_transpose
 batching.vmap_rules[remat_p] = _remat_vmap
 pe.partial_eval_rules[remat_p] = _remat_partial_eval
 lowering.lowering_rules[remat_p] = _remat_lowering
-# FLOPS: flop_count counts a primitive with a `jaxpr` parameter by
-# running that jaxpr: a remat costs what its jaxpr costs, recomputation
-# included.
+# FLOPS: a remat costs what its jaxpr costs when it runs, recomputation
+# included: its impl, with a `run` that counts.
+flops_call_rules[remat_p] = _remat_impl
 
 
 # --- Partial evaluation with a policy -----------------------------------

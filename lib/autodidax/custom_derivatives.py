@@ -27,7 +27,7 @@ import inspect
 
 import numpy as np
 
-from . import ad, batching, core, flop_count, lax, lowering
+from . import ad, batching, core, lax, lowering
 from . import partial_eval as pe
 from .ad import Zero, instantiate_zeros
 from .api import shaped_abstractify
@@ -36,6 +36,7 @@ from .control_flow.common import (at_axis0, avals_str, batch_jaxpr,
                                   trace_flat)
 from .core import (Primitive, ShapedArray, Tracer, abstract_eval_rules,
                    full_raise, get_aval, impl_rules, raise_to_shaped)
+from .flop_count import flops_call_rules
 from .jaxpr import ClosedJaxpr, Jaxpr, Var, eval_jaxpr, pp_params_rules
 from .tree_util import tree_flatten, tree_map, tree_unflatten
 from .xla import closed_to_call_jaxpr
@@ -509,12 +510,12 @@ def _custom_call_lowering(ctx, *args, call_jaxpr, **_):
   return lowering.lower_jaxpr_body(ctx, call_jaxpr.jaxpr, env)
 
 
-def _custom_call_body(*, call_jaxpr, **_):
-  return call_jaxpr   # what runs, so what FLOPS counts
+def _custom_call_flops(*args, call_jaxpr, run, **_):
+  return run(call_jaxpr.jaxpr, call_jaxpr.consts, *args)   # the body is what runs
 
 
 lowering.lowering_rules[custom_jvp_call_p] = _custom_call_lowering
-flop_count.flops_call_rules[custom_jvp_call_p] = _custom_call_body
+flops_call_rules[custom_jvp_call_p] = _custom_call_flops
 
 
 def _pp_custom_call(renamed: dict):
@@ -870,7 +871,7 @@ class BatchedBwd:
 
 
 lowering.lowering_rules[custom_vjp_call_p] = _custom_call_lowering
-flop_count.flops_call_rules[custom_vjp_call_p] = _custom_call_body
+flops_call_rules[custom_vjp_call_p] = _custom_call_flops
 pp_params_rules[custom_vjp_call_p] = _pp_custom_call({})
 
 

@@ -132,11 +132,3 @@ def sum_dtype(dtype) -> np.dtype:
 def is_float(dtype) -> bool:
   return np.dtype(dtype).kind in "fc"
 
-
-def lattice_dot() -> str:
-  """The lattice as Graphviz source, lowest types at the bottom."""
-  name = lambda n: n if isinstance(n, str) else n.name
-  edges = "\n".join(f'  "{name(a)}" -> "{name(b)}";' for a, bs in LATTICE.items() for b in bs)
-  weak = " ".join(f'"{w}"' for w in _WEAK_DTYPE)
-  return ("digraph lattice {\n  rankdir=BT;\n  node [shape=box, fontname=monospace];\n"
-          f"  {{ node [style=dashed]; {weak} }}\n{edges}\n}}\n")

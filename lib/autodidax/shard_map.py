@@ -24,6 +24,7 @@ from . import ad, batching, lax, lowering, parallel, runtime, spmd
 from . import partial_eval as pe
 from .api import shaped_abstractify
 from .core import Primitive, abstract_eval_rules, impl_rules, raise_to_shaped
+from .flop_count import flops_rules
 from .jaxpr import Jaxpr, JaxprEqn, Var, eval_jaxpr
 from .lowering import mlir_type
 from .partial_eval import trace_to_jaxpr_dynamic
@@ -382,8 +383,6 @@ def _shard_map_flops(avals_in, avals_out, *, jaxpr, mesh, in_specs, out_specs):
   with parallel.extend_axis_env(mesh.shape):
     return mesh.size * _body_flops(jaxpr)
 
-
-from .flop_count import flops_rules  # noqa: E402  (flop_count comes after control flow)
 
 for _p in (parallel.psum_p, parallel.pmax_p, parallel.pmin_p, parallel.psum_scatter_p):
   flops_rules[_p] = _collective_flops

@@ -27,7 +27,7 @@ from .core import MainTrace, Tracer
 
 # One colour per interpreter, so a level reads the same in every picture.
 TRACE_COLORS = {"EvalTrace": "#e8e8e8", "JVPTrace": "#cfe2ff",
-                "BatchTrace": "#ffe5b4", "NamedBatchTrace": "#ffe5b4", "JaxprTrace": "#d4edda",
+                "BatchTrace": "#ffe5b4", "NamedBatchTrace": "#ffe5b4",
                 "PartialEvalTrace": "#f8d7da", "DynamicJaxprTrace": "#d4edda",
                 "LinearizeTrace": "#e2d9f3"}
 HIGHLIGHT = "#c0392b"

@@ -13,6 +13,7 @@ import weakref
 import numpy as np
 
 from . import ad, batching, core, lowering, parallel, runtime
+from .flop_count import flops_call_rules
 from .core import (Primitive, ShapedArray, Tracer, abstract_eval_rules, array_types,
                    current_design, impl_rules, raise_to_shaped)
 from .api import shaped_abstractify, split_static
@@ -164,6 +165,7 @@ def _xla_call_lowering(ctx, *args, jaxpr: Jaxpr, num_consts: int, **params):
 
 
 lowering.lowering_rules[xla_call_p] = _xla_call_lowering
+flops_call_rules[xla_call_p] = lambda *args, jaxpr, run, **_: run(jaxpr, [], *args)
 
 
 @cache_by_jaxpr

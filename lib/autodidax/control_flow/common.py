@@ -10,6 +10,7 @@ from ..ad import Zero, instantiate_zeros
 from ..batching import move_batch_axis, not_mapped
 from ..core import (Primitive, ShapedArray, Tracer, abstract_eval_rules,
                     current_design, get_aval, impl_rules, raise_to_shaped)
+from ..flop_count import flops_rules
 from ..jaxpr import ClosedJaxpr, Jaxpr, Var, eval_jaxpr
 from ..lowering import mlir_type
 from ..partial_eval import trace_to_jaxpr
@@ -139,6 +140,7 @@ def _select_n_lowering(ctx, which, *cases):
 
 
 lowering.lowering_rules[select_n_p] = _select_n_lowering
+flops_rules[select_n_p] = lambda avals_in, avals_out, **_: 0   # moves data
 
 
 def clamp(lo, x, hi):
@@ -213,6 +215,7 @@ def _clamp_lowering(ctx, lo, x, hi):
 
 
 lowering.lowering_rules[clamp_p] = _clamp_lowering
+flops_rules[clamp_p] = lambda avals_in, avals_out, **_: 0
 
 
 # --- Tracing functions into jaxprs: closure conversion ---------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import ad, batching, lax, lowering
+from ..flop_count import flops_call_rules
 from .. import partial_eval as pe
 from ..ad import Zero, instantiate_zeros
 from ..api import shaped_abstractify
@@ -95,9 +96,9 @@ def _check_branch_types(outs_avals: list, what: str, names, order):
                       "x.dtype.type(0.0)).")
 
 
-def _cond_impl(index, *args, branches):
+def _cond_impl(index, *args, branches, run=eval_jaxpr):
   i = int(np.clip(np.asarray(index), 0, len(branches) - 1))
-  return eval_jaxpr(branches[i].jaxpr, branches[i].consts, *args)
+  return run(branches[i].jaxpr, branches[i].consts, *args)
 
 
 def _cond_abstract_eval(index, *args, branches):
@@ -117,6 +118,7 @@ def _cond_abstract_eval(index, *args, branches):
 
 
 impl_rules[cond_p] = _cond_impl
+flops_call_rules[cond_p] = _cond_impl   # with a `run` that counts: the branch taken
 abstract_eval_rules[cond_p] = _cond_abstract_eval
 
 

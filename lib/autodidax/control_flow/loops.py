@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import ad, batching, lax, lowering
+from ..flop_count import flops_call_rules
 from .. import partial_eval as pe
 from ..ad import Zero, instantiate_zeros
 from ..api import shaped_abstractify
@@ -16,6 +17,23 @@ from ..tree_util import tree_flatten, tree_unflatten
 from .common import (avals_str, as_closed, convert_leaves, is_float, jvp_jaxpr, nonzero_mask,
                      permute_invars, lower_region, result_names, return_op, same_type, at_axis0, trace_flat,
                      trace_tree, batch_jaxpr, weak_fix, select_n, named_axis_rule)
+
+
+# --- Which carries: the fixpoint every loop rule needs --------------------------------------------
+
+def carry_fixpoint(carry: list, step) -> list:
+  """Which carries of a loop have a property (a nonzero tangent, a batch axis,
+  an unknown value), given which inputs have it. `step(carry)` says which carry
+  outputs of one iteration have it; a carry that gets it keeps it, so iterate
+  from the inputs' flags until nothing changes (a round that changes
+  something adds a flag, so it ends).
+  The while, scan and fori rules of jvp, vmap and partial eval all start here."""
+  carry = list(carry)
+  while True:
+    new = [a or b for a, b in zip(carry, step(carry))]
+    if new == carry:
+      return carry
+    carry = new
 
 
 # --- while_loop and fori_loop ---------------------------------------------------------------------
@@ -98,11 +116,11 @@ def _as_int32(x):
   return x if aval.dtype == np.int32 else lax.convert_element_type(x, np.int32)
 
 
-def _while_impl(*args, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts):
+def _while_impl(*args, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts, run=eval_jaxpr):
   cc, bc, carry = args[:cond_nconsts], args[cond_nconsts:cond_nconsts + body_nconsts], \
       list(args[cond_nconsts + body_nconsts:])
-  while bool(np.asarray(eval_jaxpr(cond_jaxpr.jaxpr, [], *cc, *carry)[0])):
-    carry = eval_jaxpr(body_jaxpr.jaxpr, [], *bc, *carry)
+  while bool(np.asarray(run(cond_jaxpr.jaxpr, [], *cc, *carry)[0])):
+    carry = run(body_jaxpr.jaxpr, [], *bc, *carry)
   return carry
 
 
@@ -123,6 +141,7 @@ def _while_abstract_eval(*args, cond_jaxpr, body_jaxpr, cond_nconsts, body_ncons
 
 
 impl_rules[while_p] = _while_impl
+flops_call_rules[while_p] = _while_impl   # with a `run` that counts: every trip
 abstract_eval_rules[while_p] = _while_abstract_eval
 
 
@@ -131,12 +150,8 @@ def _while_jvp(primals, tangents, *, cond_jaxpr, body_jaxpr, cond_nconsts, body_
   bconsts, carry = primals[nc:nc + nb], primals[nc + nb:]
   nz = [t and is_float(get_aval(x)) for t, x in zip(nonzero_mask(tangents), primals)]
   bconsts_nz, carry_nz = nz[nc:nc + nb], nz[nc + nb:]
-  while True:   # fixpoint: a carry whose tangent becomes nonzero stays nonzero
-    _, _, out_nz = jvp_jaxpr(body_jaxpr.jaxpr, tuple(bconsts_nz + carry_nz), tuple(carry_nz))
-    new = [a or b for a, b in zip(carry_nz, out_nz)]
-    if new == carry_nz:
-      break
-    carry_nz = new
+  carry_nz = carry_fixpoint(carry_nz, lambda c: jvp_jaxpr(
+      body_jaxpr.jaxpr, tuple(bconsts_nz + c), tuple(c))[2])
   bj, bjc, _ = jvp_jaxpr(body_jaxpr.jaxpr, tuple(bconsts_nz + carry_nz), tuple(carry_nz))
   k, nbc, ncar = len(bjc), sum(bconsts_nz), sum(carry_nz)
   # bj's inputs: jvp consts, bconsts, carry, bconsts_dot, carry_dot. Reorder to
@@ -169,12 +184,8 @@ def _while_vmap(axis_size, vals_in, dims_in, *, cond_jaxpr, body_jaxpr, cond_nco
   bat = [d is not not_mapped for d in dims_in]
   cc, bc, carry = vals[:nc], vals[nc:nc + nb], vals[nc + nb:]
   cc_b, bc_b, carry_b = bat[:nc], bat[nc:nc + nb], bat[nc + nb:]
-  while True:   # fixpoint: a carry that becomes batched stays batched
-    _, _, out_b = batch_jaxpr(body_jaxpr.jaxpr, axis_size, tuple(bc_b + carry_b), tuple(carry_b))
-    new = [a or b for a, b in zip(carry_b, out_b)]
-    if new == carry_b:
-      break
-    carry_b = new
+  carry_b = carry_fixpoint(carry_b, lambda c: batch_jaxpr(
+      body_jaxpr.jaxpr, axis_size, tuple(bc_b + c), tuple(c))[2])
   _, _, (pred_b,) = batch_jaxpr(cond_jaxpr.jaxpr, axis_size, tuple(cc_b + carry_b), (False,))
   if pred_b:   # elements finish at different times: every carry is batched
     carry_b = [True] * len(carry)
@@ -255,12 +266,8 @@ lowering.lowering_rules[while_p] = _while_lowering
 
 def _while_split(cond_jaxpr, body_jaxpr, nc, nb, unknowns):
   cc_uk, bc_uk, carry_uk = unknowns[:nc], unknowns[nc:nc + nb], list(unknowns[nc + nb:])
-  while True:
-    _, _, out_uk, _ = pe.partial_eval_jaxpr(body_jaxpr.jaxpr, bc_uk + carry_uk)
-    new = [a or b for a, b in zip(carry_uk, out_uk)]
-    if new == carry_uk:
-      break
-    carry_uk = new
+  carry_uk = carry_fixpoint(carry_uk, lambda c: pe.partial_eval_jaxpr(
+      body_jaxpr.jaxpr, bc_uk + c)[2])
   _, _, (pred_uk,), _ = pe.partial_eval_jaxpr(cond_jaxpr.jaxpr, cc_uk + carry_uk)
   if pred_uk or all(carry_uk):
     return None
@@ -384,12 +391,12 @@ def scan(f, init, xs, length=None, reverse=False):
   return [carry, ys] if kind is list else kind(carry, ys)   # (a namedtuple)
 
 
-def _scan_impl(*args, jaxpr, num_consts, num_carry, length, reverse):
+def _scan_impl(*args, jaxpr, num_consts, num_carry, length, reverse, run=eval_jaxpr):
   consts, carry = args[:num_consts], list(args[num_consts:num_consts + num_carry])
   xs = [np.asarray(x) for x in args[num_consts + num_carry:]]
   ys = [None] * length
   for i in (reversed(range(length)) if reverse else range(length)):
-    outs = eval_jaxpr(jaxpr.jaxpr, [], *consts, *carry, *[x[i] for x in xs])
+    outs = run(jaxpr.jaxpr, [], *consts, *carry, *[x[i] for x in xs])
     carry, ys[i] = outs[:num_carry], outs[num_carry:]
   y_avals = jaxpr.out_avals[num_carry:]
   stacked = [np.stack([np.asarray(y[k]) for y in ys]) if length else
@@ -417,6 +424,7 @@ def _scan_abstract_eval(*args, jaxpr, num_consts, num_carry, length, reverse):
 
 
 impl_rules[scan_p] = _scan_impl
+flops_call_rules[scan_p] = _scan_impl   # with a `run` that counts: every iteration
 abstract_eval_rules[scan_p] = _scan_abstract_eval
 
 
@@ -425,13 +433,8 @@ def _scan_jvp(primals, tangents, *, jaxpr, num_consts, num_carry, length, revers
   nz = [t and is_float(get_aval(x)) for t, x in zip(nonzero_mask(tangents), primals)]
   consts_nz, carry_nz, xs_nz = nz[:nc], nz[nc:nc + ncar], nz[nc + ncar:]
   n_ys = len(jaxpr.out_avals) - ncar
-  while True:
-    _, _, out_nz = jvp_jaxpr(jaxpr.jaxpr, tuple(consts_nz + carry_nz + xs_nz),
-                              tuple(carry_nz + [False] * n_ys))
-    new = [a or b for a, b in zip(carry_nz, out_nz[:ncar])]
-    if new == carry_nz:
-      break
-    carry_nz = new
+  carry_nz = carry_fixpoint(carry_nz, lambda c: jvp_jaxpr(
+      jaxpr.jaxpr, tuple(consts_nz + c + xs_nz), tuple(c + [False] * n_ys))[2][:ncar])
   j, jc, out_nz = jvp_jaxpr(jaxpr.jaxpr, tuple(consts_nz + carry_nz + xs_nz),
                              tuple(carry_nz + [False] * n_ys))
   k, nx = len(jc), len(primals) - nc - ncar
@@ -470,13 +473,8 @@ def _scan_vmap(axis_size, vals_in, dims_in, *, jaxpr, num_consts, num_carry, len
   bat = [d is not not_mapped for d in dims_in]
   consts_b, carry_b, xs_b = bat[:nc], bat[nc:nc + ncar], bat[nc + ncar:]
   n_ys = len(jaxpr.out_avals) - ncar
-  while True:
-    _, _, out_b = batch_jaxpr(jaxpr.jaxpr, axis_size, tuple(consts_b + carry_b + xs_b),
-                              tuple(carry_b + [False] * n_ys))
-    new = [a or b for a, b in zip(carry_b, out_b[:ncar])]
-    if new == carry_b:
-      break
-    carry_b = new
+  carry_b = carry_fixpoint(carry_b, lambda c: batch_jaxpr(
+      jaxpr.jaxpr, axis_size, tuple(consts_b + c + xs_b), tuple(c + [False] * n_ys))[2][:ncar])
   j, jc, out_b = batch_jaxpr(jaxpr.jaxpr, axis_size, tuple(consts_b + carry_b + xs_b),
                              tuple(carry_b + [False] * n_ys))
   consts = [at_axis0(axis_size, x, d) for x, d in zip(vals_in[:nc], dims_in[:nc])]
@@ -582,13 +580,8 @@ def _scan_split(jaxpr: Jaxpr, nc, ncar, unknowns):
   that are known consts are passed as consts, the rest are scanned over."""
   consts_uk, carry_uk, xs_uk = unknowns[:nc], list(unknowns[nc:nc + ncar]), unknowns[nc + ncar:]
   n_ys = len(jaxpr.outvars) - ncar
-  while True:
-    _, _, out_uk, _ = pe.partial_eval_jaxpr(jaxpr, consts_uk + carry_uk + xs_uk,
-                                            carry_uk + [False] * n_ys)
-    new = [a or b for a, b in zip(carry_uk, out_uk[:ncar])]
-    if new == carry_uk:
-      break
-    carry_uk = new
+  carry_uk = carry_fixpoint(carry_uk, lambda c: pe.partial_eval_jaxpr(
+      jaxpr, consts_uk + c + xs_uk, c + [False] * n_ys)[2][:ncar])
   uk = consts_uk + carry_uk + xs_uk
   j1, j2, out_uk, nr = pe.partial_eval_jaxpr(jaxpr, uk, carry_uk + [False] * n_ys)
   known_consts = [v for v, u in zip(jaxpr.invars[:nc], consts_uk) if not u]
