@@ -644,3 +644,45 @@ def test_bfloat16_is_refused(how):
         quiet.append(f"{name} to bfloat16: {e}")
   assert not quiet, "\n".join(quiet)
 
+
+
+# --- Collectives: over a named vmap axis --------------------------------------------------------
+
+COLLECTIVES = {   # name: (ours, JAX's), each a function of (x, axis name)
+    "lax.psum": (lax.psum, jax.lax.psum), "lax.pmean": (lax.pmean, jax.lax.pmean),
+    "lax.pmax": (lax.pmax, jax.lax.pmax), "lax.pmin": (lax.pmin, jax.lax.pmin),
+    "lax.all_gather": (lax.all_gather, jax.lax.all_gather),
+    "lax.psum_scatter": (lambda x, i: lax.psum_scatter(x, i, tiled=True),
+                         lambda x, i: jax.lax.psum_scatter(x, i, tiled=True)),
+    "lax.ppermute": (lambda x, i: lax.ppermute(x, i, [(0, 1), (1, 0)]),
+                     lambda x, i: jax.lax.ppermute(x, i, [(0, 1), (1, 0)])),
+    "lax.axis_index": (lambda x, i: lax.axis_index(i) + 0 * x.astype(np.int32),
+                       lambda x, i: jax.lax.axis_index(i) + 0 * x.astype(np.int32)),
+}
+NOT_AUDITED.update({name: "a collective: test_collective_dtypes_match_jax below"
+                    for name in COLLECTIVES})
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", COLLECTIVES)
+def test_collective_dtypes_match_jax(name, dtype):
+  """Each collective on each dtype, under vmap with a named axis of size 2,
+  eagerly and under jit: the same values, dtypes and weak types as JAX, or
+  both raise."""
+  ours_fn, theirs_fn = COLLECTIVES[name]
+  x = (np.arange(8).reshape(2, 4) % 3).astype(dtype)
+  def run(X, fn, wrap):
+    f = X.vmap(lambda v: fn(v, "i"), axis_name="i")
+    return (X.jit(f) if wrap else f)(x)
+  for wrap in (False, True):
+    try:
+      want = run(jax, theirs_fn, wrap)
+    except (TypeError, ValueError):
+      with pytest.raises((TypeError, ValueError)):
+        run(adx, ours_fn, wrap)
+      continue
+    got = run(adx, ours_fn, wrap)
+    o, t = np.asarray(got), np.asarray(want)
+    assert o.dtype == t.dtype and o.shape == t.shape, (wrap, o.dtype, t.dtype, o.shape, t.shape)
+    np.testing.assert_allclose(o.astype(np.float64), t.astype(np.float64), rtol=1e-6)
+    assert getattr(got, "weak_type", False) == getattr(want, "weak_type", False), wrap

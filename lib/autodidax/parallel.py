@@ -21,6 +21,7 @@ from typing import NamedTuple
 import numpy as np
 
 from . import ad, core, lax, lowering
+from . import numpy as anp
 from .batching import (NamedBatchTrace, axis_vmap_rules, move_batch_axis, moveaxis,
                        not_mapped, vmap_rules)
 from .core import Primitive, ShapedArray, abstract_eval_rules, impl_rules, raise_to_shaped
@@ -157,13 +158,21 @@ def psum(x, axis_name):
   """The sum of `x` over every element of the named axis (or axes), given to
   each element. `x` may be a pytree. `psum(1, 'i')` is the size of 'i'."""
   axes = _names(axis_name)
-  return _tree_map(lambda v: psum_p.bind(v, axes=axes), x)
+  return _tree_map(lambda v: psum_p.bind(_bool_as_int(v), axes=axes), x)
+
+
+def _bool_as_int(v):   # JAX sums bools as int32
+  return lax.convert_element_type(v, np.int32) if _is_bool(v) else v
+
+
+def _is_bool(v) -> bool:
+  return np.dtype(core.get_aval(v).dtype) == np.bool_
 
 
 def pmean(x, axis_name):
   """The mean over the named axis (or axes): psum divided by the axis size."""
   axes = _names(axis_name)
-  return _tree_map(lambda v: psum_p.bind(v, axes=axes) / axis_size(axes), x)
+  return _tree_map(lambda v: anp.true_divide(psum(v, axes), axis_size(axes)), x)
 
 
 def pmax(x, axis_name):
