@@ -144,7 +144,7 @@ def trace_to_closed_jaxpr(f, in_avals, omnistaging: bool = True) -> ClosedJaxpr:
 
 
 def closed_to_call_jaxpr(jaxpr: Jaxpr, consts) -> tuple[Jaxpr, list]:
-  """Make constvars ordinary leading inputs, as xla_call wants them."""
+  """Make constvars ordinary leading inputs, as xla_call and control flow want them."""
   return Jaxpr([], jaxpr.constvars + jaxpr.invars, jaxpr.eqns, jaxpr.outvars), list(consts)
 
 
