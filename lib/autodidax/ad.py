@@ -8,13 +8,14 @@ from __future__ import annotations
 import numpy as np
 
 from . import lax
-from .core import (RuleTable, Trace, Tracer, check_live, full_lower,
+from .core import (RuleTable, Trace, Tracer, check_live, current_design, full_lower,
                    full_raise, get_aval, levels, new_main, raise_to_shaped)
-from .jaxpr import Lit, Var
+from .jaxpr import Jaxpr, Lit, Var, eval_jaxpr
 from .lax import (add_p, broadcast_p, convert_element_type_p, cos_p, div_p,
                   exp_p, log_p, max_p, mul_p, neg_p, reduce_max_p, reduce_sum_p,
                   reshape_p, sin_p, sub_p, tanh_p, transpose_p)
-from .util import unzip2
+from .partial_eval import closed_to_call_jaxpr, trace_to_jaxpr
+from .util import cache_by_jaxpr, unzip2
 
 
 # --- Symbolic zeros --------------------------------------------------------------------
@@ -109,6 +110,29 @@ def jvp_flat(f, primals, tangents, instantiate=True):
 
 levels.jvp = lambda f, primals, tangents: jvp_flat(  # see core.Design
     f, primals, tangents, instantiate=False)
+
+
+@cache_by_jaxpr
+def jvp_jaxpr(jaxpr: Jaxpr, nonzeros: tuple, instantiate: tuple):
+  """A jaxpr mapping (primals, the `nonzeros` tangents) to (primal outs, the
+  tangent outs that are nonzero or `instantiate`d). Returns (jaxpr, consts,
+  out_nonzeros); the jaxpr takes `consts` first. (jit passes all True.)"""
+  n = len(jaxpr.invars)
+  out_nz: list = []
+
+  def fun(*args):
+    primals, tans = args[:n], iter(args[n:])
+    tangents = [next(tans) if nz else Zero(v.aval) for v, nz in zip(jaxpr.invars, nonzeros)]
+    # jvp_flat; inside a stackless transformation, its own
+    p_out, t_out = current_design().jvp(lambda *xs: eval_jaxpr(jaxpr, [], *xs),
+                                        primals, tangents)
+    out_nz[:] = [type(t) is not Zero or bool(inst) for t, inst in zip(t_out, instantiate)]
+    return p_out + [instantiate_zeros(t) for t, nz in zip(t_out, out_nz) if nz]
+
+  avals = jaxpr.in_avals
+  tangent_avals = [a for a, nz in zip(avals, nonzeros) if nz]
+  j, consts = closed_to_call_jaxpr(*trace_to_jaxpr(fun, avals + tangent_avals))
+  return j, consts, list(out_nz)
 
 
 # --- Rule builders: the usual shapes of a JVP rule ---------------------------------------
@@ -347,6 +371,21 @@ def eval_known_eqns(jaxpr, args):
       outs = eqn.primitive.bind(*ins, **eqn.params)
       env.update(zip(eqn.out_binders, outs if eqn.primitive.multiple_results else [outs]))
   return read_primal, linear_eqns
+
+
+@cache_by_jaxpr
+def transpose_jaxpr(jaxpr: Jaxpr, undefined: tuple) -> tuple[Jaxpr, list]:
+  """A jaxpr mapping (residuals, output cotangents) to the cotangents of the
+  `undefined` (linear) inputs. Returns (jaxpr, consts); it takes `consts` first."""
+  avals_in, avals_out = jaxpr.in_avals, jaxpr.out_avals
+  res_avals = [a for a, u in zip(avals_in, undefined) if not u]
+
+  def transposed(*args):
+    res, cts = iter(args[:len(res_avals)]), args[len(res_avals):]
+    primals = [UndefPrimal(a) if u else next(res) for a, u in zip(avals_in, undefined)]
+    return [instantiate_zeros(ct) for ct in backward_pass(jaxpr, primals, cts)]
+
+  return closed_to_call_jaxpr(*trace_to_jaxpr(transposed, res_avals + avals_out))
 
 
 # The rules: `rule(ct, *operands, **params)` returns one cotangent per operand

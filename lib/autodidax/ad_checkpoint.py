@@ -29,15 +29,17 @@ import numpy as np
 
 from . import ad, batching, core, lax, lowering
 from . import partial_eval as pe
-from .api import linearize_flat, shaped_abstractify, split_static
-from .control_flow.common import (at_axis0, batch_jaxpr, jvp_jaxpr,
-                                  trace_flat)
+from .ad import jvp_jaxpr, transpose_jaxpr
+from .api import linearize_flat
+from .api_util import shaped_abstractify, split_static
+from .batching import batch_jaxpr
+from .control_flow.common import at_axis0, trace_flat
 from .core import (ConcretizationError, Primitive, abstract_eval_rules,
                    impl_rules)
 from .flop_count import flops_call_rules, flops_rules
 from .jaxpr import Jaxpr, JaxprEqn, Var, eval_jaxpr
 from .tree_util import flatten_fun, tree_flatten, tree_map, tree_unflatten
-from .xla import transpose_jaxpr, xla_call_p
+from .xla import xla_call_p
 
 remat_p = Primitive("remat", multiple_results=True)
 name_p = Primitive("name")

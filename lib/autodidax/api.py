@@ -10,17 +10,14 @@ import numpy as np
 from . import ad, lax
 from . import partial_eval as pe
 from .ad import jvp_flat
+from .api_util import TransformationError, shaped_abstractify, split_static
 from .batching import move_batch_axis, not_mapped, vmap_flat
-from .core import ShapedArray, Tracer, array_types, get_aval, raise_to_shaped
+from .core import ShapedArray, Tracer, array_types, get_aval
 from .jaxpr import ClosedJaxpr, eval_jaxpr
 from .partial_eval import trace_to_closed_jaxpr
 from .tree_util import (TreeMismatchError, broadcast_prefix, flatten_fun,
                         tree_flatten, tree_unflatten)
 from .util import canonicalize_axis
-
-
-class TransformationError(ValueError):
-  """A transformation was called with arguments it can't use."""
 
 
 class OutputTypeError(TransformationError, TypeError):
@@ -262,36 +259,6 @@ def make_jaxpr(fun, static_argnums=()):
     return trace_to_closed_jaxpr(flat_fun, in_avals)
   make.__name__ = f"make_jaxpr({getattr(fun, '__name__', 'fun')})"
   return make
-
-
-def split_static(fun, args, static, kwargs=None, static_names=()):
-  """A function of the non-static arguments only, with the static ones bound;
-  the traced arguments; and the static values. Keyword arguments not named
-  in `static_names` are traced, as one more argument: a dict."""
-  kwargs = kwargs or {}
-  if not kwargs and any(not -len(args) <= i < len(args) for i in static):
-    raise TransformationError(
-        f"static_argnums={tuple(static)} but the function got {len(args)} arguments")
-  static = {i % len(args) for i in static if -len(args) <= i < len(args)}
-  static_kw = {k: v for k, v in kwargs.items() if k in static_names}
-  dyn_kw = {k: v for k, v in kwargs.items() if k not in static_names}
-  dyn_args = tuple(a for i, a in enumerate(args) if i not in static)
-
-  def fun_dyn(*dyn):
-    it = iter(dyn)
-    pos = [args[i] if i in static else next(it) for i in range(len(args))]
-    return fun(*pos, **static_kw, **(next(it) if dyn_kw else {}))
-  statics = (*(args[i] for i in sorted(static)), *sorted(static_kw.items()))
-  return fun_dyn, dyn_args + ((dyn_kw,) if dyn_kw else ()), statics
-
-
-def shaped_abstractify(x):
-  """The abstract value a traced argument stands for (never concrete)."""
-  if isinstance(x, ShapedArray) or (
-      hasattr(x, "shape") and hasattr(x, "dtype") and type(x) not in array_types
-      and not isinstance(x, Tracer)):
-    return ShapedArray(x.shape, x.dtype, getattr(x, "weak_type", False))
-  return raise_to_shaped(get_aval(x))
 
 
 # --- Reverse mode: linearize, vjp, grad (Part 4) ---------------------------------------------

@@ -7,17 +7,20 @@ Batching rules take `(axis_size, vals_in, dims_in, **params)` and return
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import Hashable, NamedTuple
 
 import numpy as np
 
 from . import lax
-from .core import (RuleTable, ShapedArray, Trace, Tracer, check_live, full_lower,
-                   full_raise, get_aval, levels, new_main)
+from .core import (RuleTable, ShapedArray, Trace, Tracer, check_live, current_design,
+                   full_lower, full_raise, get_aval, levels, new_main)
 from .lax import (binary_primitives, broadcast_p, convert_element_type_p,
                   reduce_max_p, reduce_sum_p, reshape_p, transpose_p,
                   unary_primitives)
-from .util import unzip2
+from .jaxpr import Jaxpr, eval_jaxpr
+from .partial_eval import closed_to_call_jaxpr, trace_to_jaxpr
+from .util import cache_by_jaxpr, unzip2
 
 
 class NotMapped:
@@ -153,6 +156,68 @@ def vmap_flat(f, in_axes, *args, axis_name=None, axis_size=None):
 
 
 levels.vmap = vmap_flat   # see core.Design
+
+
+# --- Batching a jaxpr (jit, control flow, custom rules) ----------------------------------------
+
+def batch_jaxpr(jaxpr: Jaxpr, axis_size: int, in_batched: tuple, force: tuple):
+  """`batch_jaxpr_axes` for inputs batched at axis 0 (where `in_batched`),
+  under the name of the named vmap whose rule is running (see `named_axis_rule`)."""
+  in_dims = tuple(0 if b else not_mapped for b in in_batched)
+  return batch_jaxpr_axes(jaxpr, axis_size, in_dims, force, _rule_axis_name)
+
+
+@cache_by_jaxpr
+def batch_jaxpr_axes(jaxpr: Jaxpr, axis_size: int, in_dims: tuple, force: tuple,
+                     axis_name=None):
+  """A jaxpr over inputs batched along `in_dims` (an axis or `not_mapped`
+  each). Outputs that are batched, or `force`d, come out batched at axis 0.
+  Returns (jaxpr, consts, out_batched); the jaxpr takes `consts` first.
+  `axis_name` names the batch axis for collectives inside `jaxpr`."""
+  out_b: list = []
+
+  def fun(*args):
+    if all(d is not_mapped for d in in_dims) and axis_name is None:
+      outs = eval_jaxpr(jaxpr, [], *args)
+      dims_out = [not_mapped] * len(outs)
+    else:   # vmap_flat; inside a stackless transformation, its own (unnamed only)
+      body = lambda *xs: eval_jaxpr(jaxpr, [], *xs)   # noqa: E731
+      with _rule_axis(None):   # the rules inside run under their own vmaps
+        outs, dims_out, _ = (
+            current_design().vmap(body, in_dims, *args) if axis_name is None else
+            vmap_flat(body, in_dims, *args, axis_name=axis_name, axis_size=axis_size))
+    out_b[:] = [d is not not_mapped or bool(f) for d, f in zip(dims_out, force)]
+    return [move_batch_axis(axis_size, d, 0, o) if b else o
+            for o, d, b in zip(outs, dims_out, out_b)]
+
+  avals = [a if d is not_mapped else a.update(shape=a.shape[:d] + (axis_size,) + a.shape[d:])
+           for a, d in zip(jaxpr.in_avals, in_dims)]
+  j, consts = closed_to_call_jaxpr(*trace_to_jaxpr(fun, avals))
+  return j, consts, list(out_b)
+
+
+# The name of the vmap whose rule is batching a sub-jaxpr (None: unnamed). A
+# named vmap calls the rules of cond, while and scan through `named_axis_rule`,
+# which sets it, so that collectives over the name inside find their vmap.
+_rule_axis_name = None
+
+
+@contextmanager
+def _rule_axis(name):
+  global _rule_axis_name
+  prev, _rule_axis_name = _rule_axis_name, name
+  try:
+    yield
+  finally:
+    _rule_axis_name = prev
+
+
+def named_axis_rule(rule):
+  """`rule(axis_size, ...)`, which calls `batch_jaxpr`, as a rule of `axis_vmap_rules`."""
+  def named(axis_data, vals_in, dims_in, **params):
+    with _rule_axis(axis_data.name):
+      return rule(axis_data.size, vals_in, dims_in, **params)
+  return named
 
 
 # --- Rules ---------------------------------------------------------------------------------

@@ -30,16 +30,15 @@ import numpy as np
 from . import ad, batching, core, lax, lowering
 from . import partial_eval as pe
 from .ad import Zero, instantiate_zeros
-from .api import shaped_abstractify
-from .batching import not_mapped
-from .control_flow.common import (at_axis0, avals_str, batch_jaxpr,
-                                  trace_flat)
+from .api_util import shaped_abstractify
+from .batching import batch_jaxpr, not_mapped
+from .control_flow.common import at_axis0, avals_str, trace_flat
 from .core import (Primitive, ShapedArray, Tracer, abstract_eval_rules,
                    full_raise, get_aval, impl_rules, raise_to_shaped)
 from .flop_count import flops_call_rules
 from .jaxpr import ClosedJaxpr, Jaxpr, Var, eval_jaxpr, pp_params_rules
+from .partial_eval import closed_to_call_jaxpr
 from .tree_util import tree_flatten, tree_map, tree_unflatten
-from .xla import closed_to_call_jaxpr
 
 custom_jvp_call_p = Primitive("custom_jvp_call", multiple_results=True)
 custom_vjp_call_p = Primitive("custom_vjp_call", multiple_results=True)

@@ -143,6 +143,11 @@ def trace_to_closed_jaxpr(f, in_avals, omnistaging: bool = True) -> ClosedJaxpr:
   return ClosedJaxpr(jaxpr, consts)
 
 
+def closed_to_call_jaxpr(jaxpr: Jaxpr, consts) -> tuple[Jaxpr, list]:
+  """Make constvars ordinary leading inputs, as xla_call and control flow want them."""
+  return Jaxpr([], jaxpr.constvars + jaxpr.invars, jaxpr.eqns, jaxpr.outvars), list(consts)
+
+
 # --- Partial evaluation: known values run now, unknown ones are staged (Part 4) ---------------
 
 class PartialVal(NamedTuple):

@@ -22,16 +22,15 @@ import numpy as np
 
 from . import ad, batching, lax, lowering, parallel, runtime, spmd
 from . import partial_eval as pe
-from .api import shaped_abstractify
+from .api_util import shaped_abstractify
 from .core import Primitive, abstract_eval_rules, impl_rules, raise_to_shaped
 from .flop_count import flops_rules
 from .jaxpr import Jaxpr, JaxprEqn, Var, eval_jaxpr
 from .lowering import mlir_type
-from .partial_eval import trace_to_jaxpr_dynamic
+from .partial_eval import closed_to_call_jaxpr, trace_to_jaxpr_dynamic
 from .sharding import Mesh, NamedSharding, P, PartitionSpec
 from .tree_util import broadcast_prefix, flatten_fun, tree_flatten, tree_unflatten
 from .util import cache_by_jaxpr
-from .xla import closed_to_call_jaxpr, jvp_jaxpr, vmap_jaxpr
 
 shard_map_p = Primitive("shard_map", multiple_results=True)
 
@@ -179,7 +178,8 @@ def _shard_map_jvp(primals, tangents, *, jaxpr, mesh, in_specs, out_specs):
   """The JVP of the per-device program, as a shard_map of its own: each
   tangent is split like its primal."""
   with parallel.extend_axis_env(mesh.shape):
-    new_jaxpr, consts = jvp_jaxpr(jaxpr)
+    n_in, n_out = len(jaxpr.invars), len(jaxpr.outvars)   # every tangent, in and out
+    new_jaxpr, consts, _ = ad.jvp_jaxpr(jaxpr, (True,) * n_in, (True,) * n_out)
   tangents = [ad.instantiate_zeros(t) for t in tangents]
   outs = shard_map_p.bind(*consts, *primals, *tangents, jaxpr=new_jaxpr, mesh=mesh,
                           in_specs=(P(),) * len(consts) + in_specs + in_specs,
@@ -197,10 +197,12 @@ def _shard_map_vmap(axis_size, vals_in, dims_in, *, jaxpr, mesh, in_specs, out_s
   batch of its slices, and the per-device program is vmapped."""
   vals = [x if d is batching.not_mapped else batching.moveaxis(x, d, 0) if d else x
           for x, d in zip(vals_in, dims_in)]
-  dims = tuple(None if d is batching.not_mapped else 0 for d in dims_in)
+  dims = tuple(batching.not_mapped if d is batching.not_mapped else 0 for d in dims_in)
+  every_output = (True,) * len(jaxpr.outvars)   # batched at axis 0
   with parallel.extend_axis_env(mesh.shape):
-    new_jaxpr, consts = vmap_jaxpr(jaxpr, axis_size, dims, axis_name)
-  specs = tuple(s if d is None else P(None, *s) for s, d in zip(in_specs, dims))
+    new_jaxpr, consts, _ = batching.batch_jaxpr_axes(jaxpr, axis_size, dims, every_output,
+                                                     axis_name)
+  specs = tuple(s if d is batching.not_mapped else P(None, *s) for s, d in zip(in_specs, dims))
   outs = shard_map_p.bind(*consts, *vals, jaxpr=new_jaxpr, mesh=mesh,
                           in_specs=(P(),) * len(consts) + specs,
                           out_specs=tuple(P(None, *s) for s in out_specs))

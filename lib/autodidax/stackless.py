@@ -26,8 +26,8 @@ impl, abstract eval, JVP, batching, transpose, lowering, and Part 4's
 `partial_eval.partial_eval_jaxpr_rules` (its `partial_eval_rules` entry, for
 the levels, is then two lines: `partial_eval.partial_eval_by_jaxpr_rule`, as
 for cond). Its rules trace functions with `partial_eval.trace_to_jaxpr` and
-transform jaxprs with `core.current_design()` (as `control_flow.common`'s
-`jvp_jaxpr` and `batch_jaxpr` do). `LinearizeTrace` linearizes it by partial
+transform jaxprs with `core.current_design()` (as `ad.jvp_jaxpr` and
+`batching.batch_jaxpr` do). `LinearizeTrace` linearizes it by partial
 evaluation of its JVP (`linearize_by_partial_eval`), because its params hold
 a jaxpr; a primitive that needs another way registers one in
 `linearize_rules`.
@@ -47,10 +47,10 @@ from .core import (Primitive, abstract_eval_rules, get_aval, impl_rules,
                    raise_to_shaped)
 from .jaxpr import (ClosedJaxpr, Jaxpr, JaxprEqn, Lit, Var, as_shaped,
                     eval_jaxpr, has_jaxpr)
-from .partial_eval import DynamicJaxprTracer
+from .partial_eval import DynamicJaxprTracer, closed_to_call_jaxpr
 from .tree_util import tree_flatten, tree_unflatten
 from .util import unzip2
-from .xla import closed_to_call_jaxpr, xla_call_p
+from .xla import xla_call_p
 
 
 # --- Traces and the current trace ------------------------------------------

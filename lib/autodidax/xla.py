@@ -13,14 +13,13 @@ import weakref
 import numpy as np
 
 from . import ad, batching, core, lowering, parallel, runtime
+from .api_util import shaped_abstractify, split_static
 from .flop_count import flops_call_rules
 from .core import (Primitive, ShapedArray, Tracer, abstract_eval_rules, array_types,
-                   current_design, impl_rules, raise_to_shaped)
-from .api import shaped_abstractify, split_static
-from .jaxpr import ClosedJaxpr, Jaxpr, eval_jaxpr, typecheck_jaxpr
-from .partial_eval import trace_to_jaxpr, trace_to_jaxpr_dynamic
+                   impl_rules, raise_to_shaped)
+from .jaxpr import ClosedJaxpr, Jaxpr, typecheck_jaxpr
+from .partial_eval import closed_to_call_jaxpr, trace_to_jaxpr_dynamic
 from .tree_util import LEAF, flatten_fun, tree_flatten, tree_unflatten
-from .util import cache_by_jaxpr
 
 xla_call_p = Primitive("xla_call", multiple_results=True)
 
@@ -168,25 +167,9 @@ lowering.lowering_rules[xla_call_p] = _xla_call_lowering
 flops_call_rules[xla_call_p] = lambda *args, jaxpr, run, **_: run(jaxpr, [], *args)
 
 
-@cache_by_jaxpr
-def jvp_jaxpr(jaxpr: Jaxpr) -> tuple[Jaxpr, list]:
-  """A jaxpr mapping (primals, tangents) to (primal outs, tangent outs)."""
-  n = len(jaxpr.invars)
-
-  def jvp_traceable(*primals_and_tangents):
-    primals, tangents = primals_and_tangents[:n], primals_and_tangents[n:]
-    # Part 1's ad.jvp_flat; inside a stackless transformation, its own
-    outs, tangents_out = current_design().jvp(
-        lambda *xs: eval_jaxpr(jaxpr, [], *xs), primals, tangents)
-    return [*outs, *map(ad.instantiate_zeros, tangents_out)]
-
-  in_avals = jaxpr.in_avals
-  return closed_to_call_jaxpr(*trace_to_jaxpr(jvp_traceable,
-                                              in_avals + in_avals))
-
-
 def _xla_call_jvp(primals, tangents, *, jaxpr, num_consts, **params):
-  new_jaxpr, new_consts = jvp_jaxpr(jaxpr)
+  n_in, n_out = len(jaxpr.invars), len(jaxpr.outvars)   # every tangent, in and out
+  new_jaxpr, new_consts, _ = ad.jvp_jaxpr(jaxpr, (True,) * n_in, (True,) * n_out)
   tangents = [ad.instantiate_zeros(t) for t in tangents]
   outs = xla_call_p.bind(*new_consts, *primals, *tangents, jaxpr=new_jaxpr,
                          num_consts=len(new_consts), **transformed(params))
@@ -197,49 +180,22 @@ def _xla_call_jvp(primals, tangents, *, jaxpr, num_consts, **params):
 ad.jvp_rules[xla_call_p] = _xla_call_jvp
 
 
-@cache_by_jaxpr
-def vmap_jaxpr(jaxpr: Jaxpr, axis_size: int, bdims_in: tuple,
-               axis_name=None) -> tuple[Jaxpr, list]:
-  """A jaxpr for the batched computation; every output is batched along axis 0.
-  (`axis_name`: the batch axis's name, for collectives in `jaxpr`.)"""
-  bdims = [batching.not_mapped if d is None else d for d in bdims_in]
-
-  def batched(*args):
-    # Part 1's batching.vmap_flat; inside a stackless transformation, its own
-    # (named axes: the level-based vmap only)
-    body = lambda *xs: eval_jaxpr(jaxpr, [], *xs)   # noqa: E731
-    outs, out_dims, _ = (
-        current_design().vmap(body, bdims, *args) if axis_name is None else
-        batching.vmap_flat(body, bdims, *args, axis_name=axis_name, axis_size=axis_size))
-    return [batching.move_batch_axis(axis_size, d, 0, x) for x, d in zip(outs, out_dims)]
-
-  in_avals = [a if d is None else a.update(shape=a.shape[:d] + (axis_size,) + a.shape[d:])
-              for a, d in zip(jaxpr.in_avals, bdims_in)]
-  return closed_to_call_jaxpr(*trace_to_jaxpr(batched, in_avals))
-
-
-def _xla_call_vmap(axis_size, vals_in, dims_in, *, jaxpr, num_consts, **params):
-  dims = tuple(None if d is batching.not_mapped else d for d in dims_in)
-  new_jaxpr, new_consts = vmap_jaxpr(jaxpr, axis_size, dims)
+def _xla_call_vmap(axis_size, vals_in, dims_in, *, jaxpr, num_consts, axis_name=None,
+                   **params):
+  every_output = (True,) * len(jaxpr.outvars)   # batched at axis 0
+  new_jaxpr, new_consts, _ = batching.batch_jaxpr_axes(
+      jaxpr, axis_size, tuple(dims_in), every_output, axis_name)
   outs = xla_call_p.bind(*new_consts, *vals_in, jaxpr=new_jaxpr,
                          num_consts=len(new_consts), **transformed(params))
   return outs, [0] * len(outs)
 
 
 batching.vmap_rules[xla_call_p] = _xla_call_vmap
-
-
-def _xla_call_vmap_named(axis_data, vals_in, dims_in, *, jaxpr, num_consts, **params):
-  """Under vmap(axis_name=...), the jaxpr is batched under the same name, so a
-  collective over it inside becomes array code (see the chapter Many devices)."""
-  dims = tuple(None if d is batching.not_mapped else d for d in dims_in)
-  new_jaxpr, new_consts = vmap_jaxpr(jaxpr, axis_data.size, dims, axis_data.name)
-  outs = xla_call_p.bind(*new_consts, *vals_in, jaxpr=new_jaxpr,
-                         num_consts=len(new_consts), **transformed(params))
-  return outs, [0] * len(outs)
-
-
-batching.axis_vmap_rules[xla_call_p] = _xla_call_vmap_named
+# Under vmap(axis_name=...), the jaxpr is batched under the same name, so a
+# collective over it inside becomes array code (see the chapter Many devices).
+batching.axis_vmap_rules[xla_call_p] = (
+    lambda axis_data, vals_in, dims_in, **params: _xla_call_vmap(
+        axis_data.size, vals_in, dims_in, axis_name=axis_data.name, **params))
 
 
 def transformed(params) -> dict:
@@ -249,11 +205,6 @@ def transformed(params) -> dict:
   if "in_shardings" not in params:
     return params
   return {k: v for k, v in params.items() if k not in ("in_shardings", "out_shardings")}
-
-
-def closed_to_call_jaxpr(jaxpr: Jaxpr, consts) -> tuple[Jaxpr, list]:
-  """Make constvars ordinary leading inputs, as xla_call wants them."""
-  return Jaxpr([], jaxpr.constvars + jaxpr.invars, jaxpr.eqns, jaxpr.outvars), list(consts)
 
 
 # --- The user-facing jit ------------------------------------------------------------------
@@ -525,24 +476,9 @@ def _xla_call_partial_eval_jaxpr(unknowns, eqn):
 pe.partial_eval_jaxpr_rules[xla_call_p] = _xla_call_partial_eval_jaxpr
 
 
-@cache_by_jaxpr
-def transpose_jaxpr(jaxpr: Jaxpr, undefined: tuple) -> tuple[Jaxpr, list]:
-  """A jaxpr mapping (residuals, output cotangents) to input cotangents."""
-  avals_in, avals_out = jaxpr.in_avals, jaxpr.out_avals
-  res_avals = [a for a, u in zip(avals_in, undefined) if not u]
-
-  def transposed(*args):
-    res, cts = iter(args[:len(res_avals)]), args[len(res_avals):]
-    primals = [ad.UndefPrimal(a) if u else next(res) for a, u in zip(avals_in, undefined)]
-    return [ad.instantiate_zeros(ct) for ct in ad.backward_pass(jaxpr, primals, cts)]
-
-  return closed_to_call_jaxpr(*trace_to_jaxpr(transposed,
-                                              res_avals + avals_out))
-
-
 def _xla_call_transpose(cts, *invals, jaxpr, num_consts, **params):
   undefined = tuple(ad.is_undefined_primal(x) for x in invals)
-  t_jaxpr, t_consts = transpose_jaxpr(jaxpr, undefined)
+  t_jaxpr, t_consts = ad.transpose_jaxpr(jaxpr, undefined)
   residuals = [x for x in invals if not ad.is_undefined_primal(x)]
   cts = [ad.instantiate_zeros(ct) for ct in cts]
   outs = iter(xla_call_p.bind(*t_consts, *residuals, *cts, jaxpr=t_jaxpr,

@@ -8,7 +8,7 @@ import numpy as np
 
 import autodidax as adx
 import autodidax.numpy as anp
-from autodidax import batching, core, lax, lowering, runtime, tree_util, xla
+from autodidax import api_util, batching, core, lax, lowering, runtime, tree_util, xla
 from autodidax import partial_eval as pe
 from autodidax.core import ShapedArray
 from autodidax.xla import Array, xla_call_p
@@ -101,8 +101,8 @@ def probe_3_2(p, reduce_max_lowering):
 
 
 @probe("3.3", answers=("xla_call_vmap",),
-       removes={"autodidax.xla:_xla_call_vmap": "xla_call_vmap", "autodidax.xla:vmap_jaxpr": None,
-                "autodidax.control_flow.common:batch_jaxpr": None})
+       removes={"autodidax.xla:_xla_call_vmap": "xla_call_vmap",
+                "autodidax.batching:batch_jaxpr_axes": None, "autodidax.batching:batch_jaxpr": None})
 def probe_3_3(p, xla_call_vmap):
   r = p.rng
   W = r.normal(size=(3, 2))   # a constant the jitted functions close over
@@ -147,14 +147,14 @@ def probe_3_4(p, cache_key):
   def specialize(self, args, kwargs=None):   # jit._specialize, around the learner's cache key
     key = p.call("cache_key(args, static_argnums)", cache_key, args, self.static_argnums)
     p.call("hashing the key", hash, key)
-    fun_dyn, dyn_args, _ = xla.split_static(self.fun, args, self.static_argnums, kwargs,
-                                            self.static_argnames)
+    fun_dyn, dyn_args, _ = api_util.split_static(self.fun, args, self.static_argnums, kwargs,
+                                                 self.static_argnames)
     args_flat, in_tree = tree_util.tree_flatten(dyn_args)
     traced = self._cache.get(key)
     if traced is None:
-      in_avals = tuple(xla.shaped_abstractify(x) for x in args_flat)
+      in_avals = tuple(api_util.shaped_abstractify(x) for x in args_flat)
       flat_fun, out_tree = tree_util.flatten_fun(fun_dyn, in_tree)
-      jaxpr, consts = xla.closed_to_call_jaxpr(*pe.trace_to_jaxpr_dynamic(flat_fun, in_avals))
+      jaxpr, consts = pe.closed_to_call_jaxpr(*pe.trace_to_jaxpr_dynamic(flat_fun, in_avals))
       traced = xla._Traced(jaxpr, consts, out_tree())
       self.trace_count += 1
       self._cache[key] = traced

@@ -1,6 +1,7 @@
 """What cond, while and scan share: the small primitives select_n and clamp,
-closure conversion of functions into jaxprs, JVP and batching of a jaxpr,
-lowering regions, and the rules every higher-order primitive registers."""
+closure conversion of functions into jaxprs, lowering regions, and helpers of
+the rules every higher-order primitive registers. (JVP and batching of a
+jaxpr live beside their interpreters: `ad.jvp_jaxpr`, `batching.batch_jaxpr`.)"""
 from __future__ import annotations
 
 import numpy as np
@@ -8,15 +9,13 @@ import numpy as np
 from .. import ad, batching, dtypes, lax, lowering
 from ..ad import Zero, instantiate_zeros
 from ..batching import move_batch_axis, not_mapped
-from ..core import (Primitive, ShapedArray, Tracer, abstract_eval_rules,
-                    current_design, get_aval, impl_rules, raise_to_shaped)
+from ..core import (Primitive, ShapedArray, Tracer, abstract_eval_rules, get_aval,
+                    impl_rules)
 from ..flop_count import flops_rules
-from ..jaxpr import ClosedJaxpr, Jaxpr, Var, eval_jaxpr
+from ..jaxpr import ClosedJaxpr, Jaxpr, Var
 from ..lowering import mlir_type
-from ..partial_eval import trace_to_jaxpr
+from ..partial_eval import closed_to_call_jaxpr, trace_to_jaxpr
 from ..tree_util import flatten_fun
-from ..util import cache_by_jaxpr
-from ..xla import closed_to_call_jaxpr
 
 
 # --- Small first-order primitives: select_n and clamp -------------------------------------
@@ -278,31 +277,10 @@ def join_consts(jaxprs_consts: list) -> tuple[list, list]:
   return out, all_consts
 
 
-# --- JVP of a jaxpr with symbolic zeros, shared by the three rules ---------------------------
+# --- Helpers of the JVP and batching rules ----------------------------------------------------
 
 def is_float(aval) -> bool:
   return np.dtype(aval.dtype).kind in "fc"
-
-
-@cache_by_jaxpr
-def jvp_jaxpr(jaxpr: Jaxpr, nonzeros: tuple, instantiate: tuple):
-  """(primals, nonzero tangents) -> (primal outs, tangent outs that are
-  nonzero or instantiated). Returns (jaxpr, consts, out_nonzeros); the jaxpr's
-  first len(consts) inputs are its consts."""
-  n = len(jaxpr.invars)
-  out_nz: list = []
-
-  def fun(*args):
-    primals, tans = args[:n], iter(args[n:])
-    tangents = [next(tans) if nz else Zero(v.aval) for v, nz in zip(jaxpr.invars, nonzeros)]
-    p_out, t_out = current_design().jvp(lambda *xs: eval_jaxpr(jaxpr, [], *xs),
-                                        primals, tangents)
-    out_nz[:] = [type(t) is not Zero or bool(inst) for t, inst in zip(t_out, instantiate)]
-    return p_out + [instantiate_zeros(t) for t, nz in zip(t_out, out_nz) if nz]
-
-  avals = jaxpr.in_avals
-  j, consts = trace_flat(fun, avals + [a for a, nz in zip(avals, nonzeros) if nz])
-  return j, consts, list(out_nz)
 
 
 def permute_invars(j: Jaxpr, order) -> Jaxpr:
@@ -311,58 +289,6 @@ def permute_invars(j: Jaxpr, order) -> Jaxpr:
 
 def nonzero_mask(tangents) -> list:
   return [type(t) is not Zero for t in tangents]
-
-
-# --- Batching a jaxpr, shared by the three rules --------------------------------------------
-
-def batch_jaxpr(jaxpr: Jaxpr, axis_size: int, in_batched: tuple, force: tuple):
-  """A jaxpr over inputs batched at axis 0 (where `in_batched`). Outputs that
-  are batched, or `force`d, come out batched at axis 0 (`in_batched` and
-  `force`: tuples of bools). Returns (jaxpr, consts, out_batched); the
-  jaxpr takes `consts` first."""
-  return _batch_jaxpr(jaxpr, axis_size, in_batched, force, _axis_name)
-
-
-# The name of the vmap whose rule is batching a sub-jaxpr (None: unnamed). A
-# named vmap calls the same rules through `named_axis_rule`, which sets it, so
-# that collectives over the name inside cond, while and scan find their vmap.
-_axis_name = None
-
-
-def named_axis_rule(rule):
-  """`rule(axis_size, ...)` as a rule of batching.axis_vmap_rules."""
-  def named(axis_data, vals_in, dims_in, **params):
-    global _axis_name
-    prev, _axis_name = _axis_name, axis_data.name
-    try:
-      return rule(axis_data.size, vals_in, dims_in, **params)
-    finally:
-      _axis_name = prev
-  return named
-
-
-@cache_by_jaxpr
-def _batch_jaxpr(jaxpr: Jaxpr, axis_size: int, in_batched: tuple, force: tuple, axis_name):
-  out_b: list = []
-
-  def fun(*args):
-    if any(in_batched) or axis_name is not None:
-      dims = [0 if b else not_mapped for b in in_batched]
-      body = lambda *xs: eval_jaxpr(jaxpr, [], *xs)   # noqa: E731
-      outs, dims_out, _ = (   # (named axes: the level-based vmap only)
-          current_design().vmap(body, dims, *args) if axis_name is None else
-          batching.vmap_flat(body, dims, *args, axis_name=axis_name, axis_size=axis_size))
-    else:
-      outs = eval_jaxpr(jaxpr, [], *args)
-      dims_out = [not_mapped] * len(outs)
-    out_b[:] = [d is not not_mapped or bool(f) for d, f in zip(dims_out, force)]
-    return [move_batch_axis(axis_size, d, 0, o) if b else o
-            for o, d, b in zip(outs, dims_out, out_b)]
-
-  avals = [a.update(shape=(axis_size, *a.shape)) if b else a
-           for a, b in zip(jaxpr.in_avals, in_batched)]
-  j, consts = trace_flat(fun, avals)
-  return j, consts, list(out_b)
 
 
 def at_axis0(axis_size, x, d):

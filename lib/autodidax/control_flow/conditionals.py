@@ -6,19 +6,17 @@ import numpy as np
 from .. import ad, batching, lax, lowering
 from ..flop_count import flops_call_rules
 from .. import partial_eval as pe
-from ..ad import Zero, instantiate_zeros
-from ..api import shaped_abstractify
-from ..batching import not_mapped
+from ..ad import Zero, instantiate_zeros, jvp_jaxpr, transpose_jaxpr
+from ..api_util import shaped_abstractify
+from ..batching import batch_jaxpr, named_axis_rule, not_mapped
 from ..core import (Primitive, abstract_eval_rules, get_aval, impl_rules,
                     raise_to_shaped)
 from ..jaxpr import Jaxpr, JaxprEqn, Var, eval_jaxpr
 from ..lowering import mlir_type
 from ..tree_util import tree_flatten, tree_unflatten
-from ..xla import transpose_jaxpr
-from .common import (as_closed, at_axis0, avals_str, batch_jaxpr, clamp, is_float,
-                     join_consts, jvp_jaxpr, lower_region, nonzero_mask, result_names,
-                     named_axis_rule, return_op, same_type, select_n, trace_flat, trace_tree,
-                     zeros_of)
+from .common import (as_closed, at_axis0, avals_str, clamp, is_float, join_consts,
+                     lower_region, nonzero_mask, result_names, return_op, same_type,
+                     select_n, trace_flat, trace_tree, zeros_of)
 
 
 # --- cond and switch ---------------------------------------------------------------------------

@@ -6,17 +6,17 @@ import numpy as np
 from .. import ad, batching, lax, lowering
 from ..flop_count import flops_call_rules
 from .. import partial_eval as pe
-from ..ad import Zero, instantiate_zeros
-from ..api import shaped_abstractify
-from ..batching import move_batch_axis, not_mapped
+from ..ad import Zero, instantiate_zeros, jvp_jaxpr
+from ..api_util import shaped_abstractify
+from ..batching import batch_jaxpr, move_batch_axis, named_axis_rule, not_mapped
 from ..core import (Primitive, ShapedArray, Tracer, abstract_eval_rules, get_aval,
                     impl_rules, raise_to_shaped)
 from ..jaxpr import Jaxpr, JaxprEqn, Var, eval_jaxpr
 from ..lowering import mlir_type
 from ..tree_util import tree_flatten, tree_unflatten
-from .common import (avals_str, as_closed, convert_leaves, is_float, jvp_jaxpr, nonzero_mask,
+from .common import (avals_str, as_closed, convert_leaves, is_float, nonzero_mask,
                      permute_invars, lower_region, result_names, return_op, same_type, at_axis0, trace_flat,
-                     trace_tree, batch_jaxpr, weak_fix, select_n, named_axis_rule)
+                     trace_tree, weak_fix, select_n)
 
 
 # --- Which carries: the fixpoint every loop rule needs --------------------------------------------
