@@ -207,6 +207,11 @@ CASES = [
     ("custom_jvp_call", lambda x: _custom_jvp_sin(x) * 2., lambda x: jnp.sin(x) * 2.,
      (F32(3),)),
     ("custom_vjp_call", _custom_vjp_tanh, jnp.tanh, (F64(2, 2),)),
+    # Rematerialization (autodidax/ad_checkpoint.py): the body inline; a name is the identity
+    ("remat", adx.checkpoint(lambda x: anp.sin(anp.sin(x)) * x),
+     lambda x: jnp.sin(jnp.sin(x)) * x, (F32(2, 3),)),
+    ("name", lambda x: adx.ad_checkpoint.checkpoint_name(anp.exp(x), "e") + 1.,
+     lambda x: jnp.exp(x) + 1., (F64(4),)),
 ]
 
 

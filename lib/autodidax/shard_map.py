@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 
 from . import ad, batching, lax, lowering, parallel, runtime, spmd
 from . import partial_eval as pe
