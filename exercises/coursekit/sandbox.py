@@ -136,9 +136,10 @@ class Sandbox:
            "PYTHONHASHSEED": "0", **self.env, **env}
     args = ["--unshare-all", "--unshare-user", *(["--disable-userns"] * DISABLE_USERNS), "--uid", "65534",
             "--gid", "65534", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-            *self.runtime_binds(), "--proc", "/proc", "--dev", "/dev",
+            "--proc", "/proc", "--dev", "/dev",
             "--size", str(lim.shm_mib << 20), "--tmpfs", "/dev/shm",
-            "--size", str(lim.tmp_mib << 20), "--tmpfs", "/tmp"]
+            "--size", str(lim.tmp_mib << 20), "--tmpfs", "/tmp",
+            *self.runtime_binds()]   # after /tmp: a runtime under /tmp stays visible
     for host, inside in {**self.binds, **binds}.items():
       args += ["--ro-bind", str(host), str(inside)]
     for inside, fd in files.items():
