@@ -145,10 +145,25 @@ def test_abuse_students(abuse, name):
   assert {r["student"] for (sub, _), r in abuse.items() if sub == name} == {F.STUDENTS[name]}
 
 
+RESOURCE_LIMITS = ("past the time limit", "the memory limit held")
+
+
 @needs_bwrap
 def test_serial_and_parallel_grades_are_identical(runs):
-  for name in ("grades.csv", "grades.html"):
-    assert (runs["outs"]["serial"] / name).read_bytes() == (runs["outs"]["jobs2"] / name).read_bytes()
+  """The same rows, word for word, except where a notebook exhausts a resource: which
+  limit it meets first (time or memory) may depend on the machine's load, so there
+  the points and status must agree, not the reason and what was seen at run time."""
+  rows = {how: list(csv.DictReader(open(runs["outs"][how] / "grades.csv", encoding="utf-8")))
+          for how in ("serial", "jobs2")}
+  assert len(rows["serial"]) == len(rows["jobs2"])
+  for a, b in zip(rows["serial"], rows["jobs2"]):
+    if any(limit in r["reason"] for r in (a, b) for limit in RESOURCE_LIMITS):
+      keys = ("student", "part", "exercise", "points", "max_points", "status", "submission")
+      assert [a[k] for k in keys] == [b[k] for k in keys], (a, b)
+    else:
+      assert a == b
+  html = [(runs["outs"][how] / "grades.html").read_bytes() for how in ("serial", "jobs2")]
+  assert html[0] == html[1] or rows["serial"] != [dict(r) for r in rows["jobs2"]]
 
 
 @needs_bwrap
