@@ -21,7 +21,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-import yaml
+import toc  # tests/toc.py: _toc.yml's pages
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = sorted(p for p in (ROOT / "exercises" / "source").glob("*.md"))
@@ -54,19 +54,7 @@ def _headings(markdown: str) -> set:
 
 
 def _chapters() -> set:
-  toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-  found = set()
-
-  def walk(entries):
-    for e in entries or []:
-      if "file" in e:
-        found.add(e["file"])
-      walk(e.get("chapters") or e.get("sections"))
-
-  for part in toc.get("parts") or []:
-    walk(part.get("chapters"))
-  walk(toc.get("chapters"))
-  return found
+  return set(toc.toc_files())
 
 
 @pytest.mark.parametrize("part, exercise, statement", list(_statements()))

@@ -29,11 +29,11 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "book" / "_ext"))
 import jax_source  # noqa: E402
+import toc  # noqa: E402  (tests/toc.py: _toc.yml's pages)
 
 MAX_GAP = 2
 SPEAKS_OF_JAX = re.compile(r"\bJAX\b|\bjax[._/]")
@@ -46,19 +46,7 @@ PROSE_DIRECTIVES = {"admonition", "note", "tip", "warning", "important", "dropdo
 
 def chapters() -> list[Path]:
   """The pages of _toc.yml that are notebooks (they have a kernel)."""
-  toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-  files = [toc["root"]]
-
-  def walk(entries):
-    for e in entries or []:
-      if "file" in e:
-        files.append(e["file"])
-      walk(e.get("chapters") or e.get("sections"))
-
-  walk(toc.get("chapters"))
-  for part in toc.get("parts") or []:
-    walk(part.get("chapters"))
-  paths = [ROOT / f"{f}.md" for f in files]
+  paths = [ROOT / f"{f}.md" for f in toc.toc_files()]
   return [p for p in paths if p.is_file() and "kernelspec:" in p.read_text().split("\n---", 1)[0]]
 
 

@@ -20,27 +20,15 @@ from pathlib import Path
 
 import pytest
 import yaml
+import toc  # tests/toc.py: _toc.yml's pages
 
 ROOT = Path(__file__).resolve().parents[1]
-COURSE_CAPTION = "The course"
 
 
 def course_chapters() -> list[str]:
   """The docnames (book/part1_interpreters, ...) of the course's chapters, in
   the order of _toc.yml."""
-  toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-  parts = [p for p in toc.get("parts") or [] if p.get("caption") == COURSE_CAPTION]
-  assert parts, f"_toc.yml has no part captioned {COURSE_CAPTION!r}"
-  docs = []
-
-  def walk(entries):
-    for e in entries or []:
-      if "file" in e:
-        docs.append(e["file"])
-      walk(e.get("chapters") or e.get("sections"))
-
-  walk(parts[0]["chapters"])
-  return docs
+  return toc.course_chapters()
 
 
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())["sphinx"]["config"]

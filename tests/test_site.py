@@ -23,6 +23,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 import pytest
+import toc  # tests/toc.py: _toc.yml's pages
 
 ROOT = Path(__file__).resolve().parents[1]
 HTML = ROOT / "_build" / "html"
@@ -230,29 +231,13 @@ def _svg_source(img):
 
 def _toc_pages() -> list[str]:
   """The built pages in the order of _toc.yml (root first)."""
-  import yaml
-  toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-  files = [toc["root"]]
-
-  def walk(entries):
-    for e in entries or []:
-      if "file" in e:
-        files.append(e["file"])
-      walk(e.get("chapters") or e.get("sections"))
-
-  walk(toc.get("chapters"))
-  for part in toc.get("parts") or []:
-    walk(part.get("chapters"))
-  return [f + ".html" for f in files]
+  return [f + ".html" for f in toc.toc_files()]
 
 
 WIDTHS = (390, 800, 1280)   # a phone, a tablet, a desktop
 def _course_chapters() -> list[str]:
   """The chapters: the pages of _toc.yml's "The course" part."""
-  import yaml
-  toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-  part = next(p for p in toc["parts"] if p.get("caption") == "The course")
-  return [c["file"] + ".html" for c in part["chapters"]]
+  return [f + ".html" for f in toc.course_chapters()]
 
 
 def min_label_px(width: int) -> int:
