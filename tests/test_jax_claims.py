@@ -210,3 +210,46 @@ def test_the_rule_catches_a_new_claim(tmp_path):
   assert not any("keeps a" in f for f in found), found
   assert not any("own document" in f for f in found), found
   assert len(found) == 3, found
+
+
+def _rendered(markdown_line: str) -> str:
+  """A line of prose with {jaxsrc} roles, rendered as the book renders it."""
+  from docutils import nodes
+  para = nodes.paragraph()
+  for i, piece in enumerate(re.split(r"(\{jaxsrc\}`[^`]+`|`[^`]+`)", markdown_line)):
+    if piece.startswith("{jaxsrc}"):
+      made, _ = jax_source.jaxsrc_role("jaxsrc", piece, piece[9:-1], 0, None)
+      para += made
+    elif piece.startswith("`"):
+      para += nodes.literal(piece, piece[1:-1])
+    elif piece:
+      para += nodes.Text(piece)
+  doc = nodes.document(None, None)
+  doc += para
+  jax_source._no_doubled_names(None, doc)
+  return para.astext()
+
+
+@pytest.mark.parametrize("line, shown", [
+    ("`jit` is {jaxsrc}`api.py:jit`.", "jit is jax/_src/api.py."),
+    ("`jax.checkpoint` ({jaxsrc}`ad_checkpoint.py:checkpoint`)",
+     "jax.checkpoint (jax/_src/ad_checkpoint.py)"),
+    ("`jax.lax` ({jaxsrc}`lax/lax.py:dot_general`)",
+     "jax.lax (dot_general in jax/_src/lax/lax.py)"),
+    ("`SymbolicZero`, made far earlier in the text, {jaxsrc}`ad_util.py:SymbolicZero`",
+     "SymbolicZero, made far earlier in the text, SymbolicZero in jax/_src/ad_util.py"),
+])
+def test_a_cited_name_never_reads_twice(line, shown):
+  assert _rendered(line) == shown
+
+
+def test_no_chapter_doubles_a_cited_name():
+  """No chapter's citation, rendered, repeats the name just before it."""
+  doubled = []
+  for path in CHAPTERS:
+    for line in path.read_text().splitlines():
+      if "{jaxsrc}" in line:
+        text = _rendered(line)
+        doubled += [f"{path.name}: {text}" for m in re.finditer(r"(\w+)\W{1,12}\1 in jax/_src",
+                                                                text)]
+  assert not doubled, doubled
