@@ -23,7 +23,7 @@ for _name in ("cond", "switch", "while_loop", "fori_loop", "scan", "select_n", "
 from . import dtypes, nn  # noqa: F401,E402
 from . import ad_checkpoint, custom_derivatives  # noqa: E402
 from .ad_checkpoint import checkpoint, checkpoint_policies, remat  # noqa: E402,F401
-from .custom_derivatives import custom_jvp, custom_vjp  # noqa: E402,F401
+from .custom_derivatives import closure_convert, custom_jvp, custom_vjp  # noqa: E402,F401
 
 # Many devices: collectives over named axes (in lax, as in jax.lax), devices,
 # meshes and shardings, shard_map. Nothing here starts the XLA runtime.
@@ -36,7 +36,7 @@ for _name in ("psum", "pmean", "pmax", "pmin", "all_gather", "psum_scatter", "pp
 
 __all__ = ["jvp", "vmap", "jacfwd", "jacrev", "hessian", "make_jaxpr", "jit", "Array",
            "linearize", "vjp", "grad", "value_and_grad", "lax", "numpy", "nn", "tree_util",
-           "Primitive", "custom_jvp", "custom_vjp", "checkpoint", "remat",
+           "Primitive", "closure_convert", "custom_jvp", "custom_vjp", "checkpoint", "remat",
            "checkpoint_policies", "ad_checkpoint", "devices", "make_mesh", "device_put",
            "shard_map", "sharding", "P"]
 

@@ -23,7 +23,8 @@ from .jit import jit_pipeline
 from .panes import Columns, SideBySide, explorer, side_by_side
 from .partial_eval import forward_linear_transposed, partial_eval_graph, unzipping
 from .remat import REMAT_STYLES, policy_name, remat_graph, remat_split
-from .rules import CUSTOM_CALL_USES, TRANSFORMATION_RULES, custom_call_graph, rules_graph
+from .rules import (CUSTOM_CALL_USES, CUSTOM_VJP_FAILS, TRANSFORMATION_RULES, custom_call_graph,
+                    rules_graph)
 from .shardings import (TILE_COLORS, collective_graph, hlo_entry, sharding_explorer,
                         sharding_graph, wrap_lines)
 from .stack import Snapshot, capture, peek, stack_graph

@@ -58,24 +58,31 @@ CUSTOM_CALL_USES = {
 }
 
 
+# Where forward mode fails for a custom_vjp function.
+CUSTOM_VJP_FAILS = {"jvp": "raises", "linearize": "applying it raises"}
+
+
 def custom_call_graph(kind: str = "custom_jvp", title: str | None = None):
   """Transformations on the left; on the right, the parts of a `custom_jvp_call`
   (body, rule) or a `custom_vjp_call` (body, fwd, bwd) equation that each one
-  runs (vmap batches them all). For custom_vjp, jvp's tangents can't be
-  computed: it runs fwd, then fails."""
+  runs (vmap batches them all). For custom_vjp, tangents can't be pushed
+  forwards: jvp runs fwd, then fails; linearize runs fwd and stages the rest,
+  and the linear function it returns fails when applied."""
   uses = CUSTOM_CALL_USES[kind]
   parts = {"body": "the body<br/><font point-size='9'>call_jaxpr</font>",
            "rule": "the rule<br/><font point-size='9'>jvp</font>",
            "fwd": "fwd<br/><font point-size='9'>output, residuals</font>",
            "bwd": "bwd<br/><font point-size='9'>cotangents</font>"}
+  fails = CUSTOM_VJP_FAILS if kind == "custom_vjp" else {}
   alt = (f"What each transformation runs of a {kind}_call equation: "
-         + "; ".join(f"{t}: {' and '.join(p)}" for t, p in uses.items()))
+         + "; ".join(f"{t}: {' and '.join(p)}" + (f", then {fails[t]}" if t in fails else "")
+                     for t, p in uses.items()))
   g = digraph(titled(title, alt), rankdir="LR", nodesep="0.12", ranksep="0.9")
   if title:
     g.attr(label=title, labelloc="t")
   for t in uses:
-    failing = kind == "custom_vjp" and t == "jvp"
-    label = f"<{t}<br/><font point-size='9'>raises</font>>" if failing else t
+    failing = t in fails
+    label = f"<{t}<br/><font point-size='9'>{fails[t]}</font>>" if failing else t
     g.node(f"t_{t}", label, shape="box", style="filled",
            fillcolor="#f8d7da" if failing else "#cfe2ff")
   for part in dict.fromkeys(p for ps in uses.values() for p in ps):
