@@ -67,7 +67,7 @@ def test_widget_js_is_local_when_fetched(build):
     pytest.skip("the build failed")
   if not WIDGET_JS.is_file():
     pytest.skip("widget JavaScript not fetched (scripts/fetch_widget_js.sh needs npm)")
-  pages = [p for p in HTML.rglob("*.html") if "widget-state+json" in p.read_text()]
+  pages = [p for p in HTML.rglob("*.html") if "widget-view+json" in p.read_text()]
   for page in pages:
     text = page.read_text()
     assert "_static/offline-widgets/embed-amd.js" in text, page
@@ -105,6 +105,10 @@ def browser(playwright):
     context.close()
 
 
+FIRST_WIDGET = "document.querySelector(\"script[type='application/vnd.jupyter.widget-view+json']\")"
+MAX_PAGE_BYTES = 1.5e6   # what a page fetches before the reader does anything
+
+
 class Page:
   """A page opened from disk, recording console errors and failed requests."""
 
@@ -113,16 +117,33 @@ class Page:
     self.page = page = context.new_page()
     page.set_viewport_size({"width": width, "height": 900})
     page.set_default_timeout(90_000)   # generous: a loaded 2-core machine is slow
-    self.requested = set()
     page.on("console", lambda m: m.type in ("error", "assert", "warning")
             and self.problems.append(f"console {m.type}: {m.text} {m.location}"))
-    page.on("request", lambda r: self.requested.add(r.url))
     page.on("pageerror", lambda e: self.problems.append(f"uncaught: {e}"))
     page.on("requestfailed", lambda r: self.problems.append(
       f"request failed: {r.url} ({r.failure})"))
     page.on("response", lambda r: r.status >= 400 and self.problems.append(
       f"HTTP {r.status}: {r.url}"))
     page.goto(path.as_uri(), wait_until="load")
+
+  def wake_widgets(self):
+    """Bring the first widget into view, so that the widget JavaScript loads
+    (it loads on demand), wait until the widgets are drawn, and go back to
+    the top."""
+    if not self.page.evaluate(FIRST_WIDGET + "!== null"):
+      return
+    self.page.evaluate(FIRST_WIDGET + ".parentElement.scrollIntoView()")
+    self.page.locator(".cell_output .jupyter-widgets").first.wait_for(state="attached",
+                                                                     timeout=60_000)
+    self.page.evaluate("window.scrollTo(0, 0)")
+
+  def fetched_bytes(self) -> int:
+    """What the page has fetched so far, from the browser's resource timing:
+    the page and each resource it names (files on disk: their sizes)."""
+    urls = self.page.evaluate("""() => [location.href.split('#')[0],
+        ...performance.getEntriesByType('resource').map(e => e.name)]""")
+    files = {Path(unquote(urlparse(u).path)) for u in urls if u.startswith("file:")}
+    return sum(f.stat().st_size for f in files if f.is_file())
 
   def settle(self):
     # Not "networkidle": chromium's late favicon request can hold that off.
@@ -154,6 +175,7 @@ def test_part1_renders_graphs_and_widgets_offline(build, browser):
     _skip_or_fail("widget JavaScript not fetched (scripts/fetch_widget_js.sh needs npm)")
   p = _page(build, browser, "book/part1_interpreters.html")
   page = p.page
+  p.wake_widgets()
 
   # An ipywidget, rendered by the html-manager from the embedded state.
   widget = page.locator(".cell_output .jupyter-widgets").first
@@ -188,6 +210,7 @@ def test_jax_today_dispatch_stepper_steps_offline(build, browser):
     _skip_or_fail("widget JavaScript not fetched (scripts/fetch_widget_js.sh needs npm)")
   p = _page(build, browser, "book/jax_today.html")
   page = p.page
+  p.wake_widgets()
   page.locator(".widget-select select").first.wait_for(state="visible", timeout=20_000)
   _step_to(page, 3)
   assert p.problems == []
@@ -450,6 +473,22 @@ def test_every_page_at_every_width(build, browser, rel, width):
   p = _page(build, browser, rel, width)
   p.settle()
   page = p.page
+  has_widgets = "widget-view+json" in (HTML / rel).read_text()
+  if width in (390, 1280):   # light: text and pictures first, widgets' JavaScript later
+    before = p.fetched_bytes()
+    assert before <= MAX_PAGE_BYTES, \
+        f"{rel} at {width} px fetches {before / 1e6:.2f} MB before any interaction"
+    loaded = page.evaluate("() => performance.getEntriesByType('resource').map(e => e.name)")
+    assert not [u for u in loaded if u.endswith(("embed-amd.js", "require.js"))], \
+        f"{rel}: the widget JavaScript loaded before a widget came near"
+  if width == 1280:   # the weight the footer states: what the browser fetched
+    stated = page.locator(".adx-page-weight").inner_text()
+    m = re.search(r"weighs ([0-9.]+) (MB|kB)", stated)
+    assert m, stated
+    said = float(m.group(1)) * (1e6 if m.group(2) == "MB" else 1e3)
+    assert 0.8 * before <= said <= 1.25 * before, (stated, before)
+    assert ("widgets' JavaScript" in stated) == has_widgets, stated
+  p.wake_widgets()
   broken = page.evaluate("""() => [...document.images]
       .filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src)""")
   assert broken == [], f"images that did not load: {broken}"
@@ -458,7 +497,6 @@ def test_every_page_at_every_width(build, browser, rel, width):
       .filter(s => { const b = s.getBoundingClientRect(); return !(b.width > 0 && b.height > 0); })
       .length""")
   assert empty == 0, f"{empty} inline SVG pictures have no size"
-  has_widgets = "widget-state+json" in (HTML / rel).read_text()
   if has_widgets:
     page.locator(".cell_output .jupyter-widgets").first.wait_for(state="visible")
     # Keyboard focus on a widget's dropdown or list is plain to see.
@@ -484,16 +522,6 @@ def test_every_page_at_every_width(build, browser, rel, width):
     page.screenshot(path=str(SCREENSHOTS / f"{name}_{width}.jpg"), full_page=True,
                     type="jpeg", quality=70)
   _menu_opens(page, width)
-  if width == 1280:   # the weight the footer states: what the browser fetched
-    stated = page.locator(".adx-page-weight").inner_text()
-    m = re.search(r"weighs ([0-9.]+) (MB|kB)", stated)
-    assert m, stated
-    said = float(m.group(1)) * (1e6 if m.group(2) == "MB" else 1e3)
-    files = {Path(unquote(urlparse(u).path)) for u in p.requested if u.startswith("file:")}
-    fetched = sum(f.stat().st_size for f in files if f.is_file())
-    assert 0.8 * fetched <= said <= 1.25 * fetched, (stated, fetched)
-    if not has_widgets:
-      assert fetched < 3e6, f"{rel} weighs {fetched / 1e6:.1f} MB without widgets"
   assert p.problems == []
   page.close()
 
@@ -531,7 +559,7 @@ def test_widget_javascript_only_on_pages_with_widgets(build):
     pytest.skip("the build failed")
   for page in HTML.rglob("*.html"):
     text = page.read_text()
-    if "_static" in page.parts or "widget-state+json" in text:
+    if "_static" in page.parts or "widget-view+json" in text:
       continue
     assert "embed-amd.js" not in text and "require.js" not in text, page
 
@@ -653,6 +681,7 @@ def test_explorers_switch_panes_without_a_kernel(build, browser, rel):
     _skip_or_fail("widget JavaScript not fetched (scripts/fetch_widget_js.sh needs npm)")
   p = _page(build, browser, rel)
   page = p.page
+  p.wake_widgets()
   pick = page.locator(".widget-dropdown select").first
   pick.wait_for(state="visible", timeout=30_000)
   pane = """() => document.querySelector('.widget-dropdown').closest('.widget-vbox')
