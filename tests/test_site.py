@@ -107,6 +107,7 @@ def browser(playwright):
 
 FIRST_WIDGET = "document.querySelector(\"script[type='application/vnd.jupyter.widget-view+json']\")"
 MAX_PAGE_BYTES = 1.5e6   # what a page fetches before the reader does anything
+MAX_SCREENS = 25         # a chapter's length at 1280 x 900, folded blocks folded
 
 
 class Page:
@@ -301,23 +302,26 @@ TOO_WIDE = """() => {
   return [...new Set(bad)].slice(0, 10);
 }"""
 
-# Inline SVG pictures (in widgets) that are shown: their accessible name, the
-# size of their smallest text as drawn, and at full size.
+# Inline SVG pictures (graphviz's, in widgets and panes) that are shown: their
+# accessible name, the size of their smallest text as drawn, and at full
+# size; their width as drawn and the width of the frame that holds them.
 INLINE_PICTURES = """() => [...document.querySelectorAll('.bd-article svg:has(g.graph)')]
   .filter(s => s.getBoundingClientRect().width > 0)
   .map(s => {
     const sizes = [...s.querySelectorAll('text')].map(t => parseFloat(t.getAttribute('font-size')));
     const font = Math.min(...sizes.filter(x => x > 0));
-    const vb = s.viewBox.baseVal.width;
+    const vb = s.viewBox.baseVal.width, frame = s.closest('.adx-fit') || s.parentElement;
     return {name: s.getAttribute('aria-label') || '', role: s.getAttribute('role'),
             drawn: font * s.getBoundingClientRect().width / vb,
             full: font * s.width.baseVal.value / vb,
+            width: s.getBoundingClientRect().width, frame: frame.clientWidth,
             zooms: !!s.closest('.adx-fit.adx-scaled')};
   })"""
 
 IMAGES = """() => [...document.querySelectorAll('.bd-article img')]
   .filter(i => i.getBoundingClientRect().width > 0)
   .map(i => ({src: i.src, alt: i.alt, width: i.getBoundingClientRect().width,
+              frame: (i.closest('div.adx-zoom') || i.parentElement).clientWidth,
               framed: !!i.closest('div.adx-zoom'),
               link: (i.closest('a[href]') || {}).href || ''}))"""
 
@@ -354,6 +358,22 @@ READING_RULES = r"""width => {
     if (cmp.classList.contains('adx-diffed') && panes[0] != panes[1] &&
         !cmp.querySelector('mark.adx-diff'))
       bad.push(`a comparison in ${where(cmp)} marks none of its differences`);
+    // Only real differences are marked: at most a quarter of each pane's
+    // lines, unless the pair is declared a whole-program difference, with
+    // a sentence saying why (outputs.compare(..., whole=...)).
+    if (cmp.classList.contains('adx-whole')) {
+      const why = cmp.nextElementSibling;
+      if (!(why && why.classList.contains('adx-why') && why.innerText.trim().length >= 30))
+        bad.push(`a comparison in ${where(cmp)} is declared whole without a sentence why`);
+    } else if (cmp.classList.contains('adx-diffed')) {
+      for (const fig of cmp.querySelectorAll('figure')) {
+        const lines = [...fig.querySelectorAll('span.adx-l')];
+        const marked = lines.filter(l => l.querySelector('mark.adx-diff')).length;
+        if (marked > 0.25 * lines.length)
+          bad.push(`a comparison in ${where(cmp)} marks ${marked} of ${lines.length} lines of ` +
+                   `"${fig.querySelector('figcaption').innerText.slice(0, 30)}"`);
+      }
+    }
     if (cmp.getBoundingClientRect().right > col.right + 1)
       bad.push(`a comparison in ${where(cmp)} is wider than the column`);
   }
@@ -398,11 +418,17 @@ SVG_FONT = re.compile(r'font-size="([0-9.]+)"')
 SVG_SIZE = re.compile(r'<svg[^>]*\bwidth="([0-9.]+)pt"[^>]*viewBox="[-0-9. ]*?([0-9.]+) [0-9.]+"')
 
 
-def _check_pictures(page, width):
+def _check_pictures(page, width, fit=True):
   """Alt text that is not a file path; a frame that zooms in place; labels
-  at least min_label_px(width) as drawn (a picture too wide for that scrolls
-  inside its frame, never the page)."""
+  at least min_label_px(width) as drawn. With `fit`, each picture fits its
+  frame as drawn, labels included: it is laid out for the column, never
+  scrolled inside its frame."""
   bad, least = [], min_label_px(width)
+  for pic in page.evaluate(IMAGES) + page.evaluate(INLINE_PICTURES):
+    if fit and pic["width"] > pic["frame"] + 1:
+      what = pic.get("name", "")[:50] or Path(unquote(urlparse(pic["src"]).path)).name
+      bad.append(f"picture {what!r}: {pic['width']:.0f} px wide in a frame of "
+                 f"{pic['frame']:.0f} px at {width} px")
   for img in page.evaluate(IMAGES):
     name = Path(unquote(urlparse(img["src"]).path)).name
     if not img["alt"].strip() or name in img["alt"] or len(img["alt"]) < 15:
@@ -489,6 +515,9 @@ def test_every_page_at_every_width(build, browser, rel, width):
     assert 0.8 * before <= said <= 1.25 * before, (stated, before)
     assert ("widgets' JavaScript" in stated) == has_widgets, stated
   p.wake_widgets()
+  if width == 1280 and rel in CHAPTERS:   # long listings folded, as a reader finds them
+    screens = page.evaluate("() => document.querySelector('.bd-article').scrollHeight / 900")
+    assert screens <= MAX_SCREENS, f"{rel}: {screens:.1f} screens at 1280 px"
   broken = page.evaluate("""() => [...document.images]
       .filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src)""")
   assert broken == [], f"images that did not load: {broken}"
@@ -510,7 +539,7 @@ def test_every_page_at_every_width(build, browser, rel, width):
   for state in _widget_states(page):
     wide = page.evaluate(TOO_WIDE)
     assert wide == [], f"{rel} at {width} px, {state}: too wide: {wide}"
-    bad = _check_pictures(page, width)
+    bad = _check_pictures(page, width, fit=width in (390, 1280))
     if width in (390, 1280):
       bad += page.evaluate(READING_RULES, width)
     assert bad == [], f"{rel} at {width} px, {state}:\n" + "\n".join(bad)
@@ -552,6 +581,23 @@ def test_widgets_show_a_static_picture_without_javascript(build, no_js_browser):
       assert static.is_visible(), f"{rel}: widget {i} shows nothing without JavaScript"
       assert static.locator("svg, pre, .adx-code").count() > 0, f"{rel}: widget {i}"
     page.close()
+
+
+@pytest.mark.parametrize("width", (390, 1280))
+def test_pictures_fit_their_frames_without_javascript(build, no_js_browser, width):
+  """With JavaScript off (no zooming, no widths set by autodidax.js), every
+  picture of every chapter, static widget panes included, fits its frame
+  with labels of at least min_label_px(width)."""
+  if build.returncode != 0:
+    pytest.skip("the build failed")
+  bad = []
+  for rel in CHAPTERS:
+    page = no_js_browser.new_page()
+    page.set_viewport_size({"width": width, "height": 900})
+    page.goto((HTML / rel).as_uri())
+    bad += [f"{rel}: {b}" for b in _check_pictures(page, width)]
+    page.close()
+  assert bad == [], "\n".join(bad)
 
 
 def test_widget_javascript_only_on_pages_with_widgets(build):

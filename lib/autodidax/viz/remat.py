@@ -124,6 +124,9 @@ def remat_graph(f, *args, policy=None, title: str | None = None):
       g.node(f"out{k}", f"out {k}: {var_label(x)}", shape="ellipse", peripheries="2",
              style="filled", fillcolor="#fff3cd")
       g.edge(src, f"out{k}")
+      if x not in staged.outvars:   # the backward pass below the forward one: narrow
+        for v in jaxpr.invars[n_primal:]:
+          g.edge(f"out{k}", bwd[v], style="invis")
   return g
 
 
