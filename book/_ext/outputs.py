@@ -304,9 +304,10 @@ def _items(xs) -> str:
 
 
 def trace_log():
-  """Make `viz.trace` print tracers compactly (see `compact`)."""
-  from autodidax import viz
-  full = viz.pp_traced
+  """Make `viz.trace` print tracers compactly (see `compact`): it prints
+  through `pp_traced` of its own module, autodidax/viz/calls.py."""
+  from autodidax.viz import calls
+  full = calls.pp_traced
   if getattr(full, "__name__", "") != "pp_traced":
     return
-  viz.pp_traced = lambda x: compact(x, full)
+  calls.pp_traced = lambda x: compact(x, full)

@@ -105,15 +105,16 @@ def bind_tree(rec, title: str | None = None, max_binds: int = 60):
   tops = [f"{names(m)} by {where(events[i])}" for i, m in boxes if parents[i] is None]
   alt = (f"The binds as a tree, each pointing to the binds it made: "
          f"{clip('; '.join(tops), 160)}")
-  g = digraph(titled(title, alt), rankdir="LR", nodesep="0.1", ranksep="0.3",
-               ordering="out")
+  g = digraph(titled(title, alt), rankdir="LR", nodesep="0.1", ranksep="0.2",
+              ordering="out")
+  g.attr("node", margin="0.06,0.03")
   if title:
     g.attr(label=title, labelloc="t")
   g.node("start", "", shape="point", style="invis", width="0")
   for b, (i, members) in enumerate(boxes):
     e = events[i]
-    label = (f"<<b>{wrap_words(names(members), 26)}</b><br/>"
-             f"<font point-size='9'>{where(e)}</font>>")
+    label = (f"<<b>{wrap_words(names(members), 18)}</b><br/><font point-size='10'>"
+             f"{e.main.trace_type.__name__}<br/>level {e.main.level}</font>>")
     g.node(f"b{b}", label, shape="box", style="rounded,filled",
            fillcolor=trace_color(e.main.trace_type))
     parent = parents[i]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import os
+import re
 import shutil
 import sys
 
@@ -93,6 +94,11 @@ def svg_html(graph) -> str:
   alt text."""
   svg = graph.pipe(format="svg").decode()
   svg = svg[svg.index("<svg"):]
+  # Lighter pages: graphviz's comments, and each node's and edge's <title>
+  # (its internal name), go; the picture's own title stays.
+  svg = re.sub(r"<!--.*?-->\n?", "", svg, flags=re.S)
+  first = svg.find("</title>") + len("</title>")
+  svg = svg[:first] + re.sub(r"<title>.*?</title>\n?", "", svg[first:], flags=re.S)
   alt = html.escape(graph.name or "a graph", quote=True)
   svg = svg.replace("<svg", f'<svg role="img" aria-label="{alt}" '
                     'style="max-width:100%;height:auto"', 1)

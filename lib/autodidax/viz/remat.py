@@ -67,8 +67,9 @@ def remat_graph(f, *args, policy=None, title: str | None = None):
          f"pass recomputes {len(recomputed)} equations "
          f"({clip(', '.join(e.primitive.name for e in recomputed), 60) or 'none'}) and runs "
          f"{len(staged.eqns) - len(recomputed)} linear ones")
-  g = digraph(titled(title, alt), rankdir="TB", nodesep="0.2", ranksep="0.3",
-               compound="true")
+  g = digraph(titled(title, alt), rankdir="TB", nodesep="0.1", ranksep="0.25",
+              compound="true")
+  g.attr("node", margin="0.06,0.03")
   g.attr(label=title or f"policy: {pname}. {num_res} saved, {len(recomputed)} recomputed",
          labelloc="t")
   fwd, bwd = {}, {}   # Var -> node id, in each pass
@@ -78,7 +79,7 @@ def remat_graph(f, *args, policy=None, title: str | None = None):
     prim = e.primitive.name + (f" {e.params['name']}" if "name" in e.params
                                and isinstance(e.params["name"], str) else "")
     outs = ", ".join(var_label(v) for v in e.out_binders)
-    label = (f'<<b>{html.escape(prim)}</b><br/><font point-size="9" color="#555555">'
+    label = (f'<<b>{html.escape(prim)}</b><br/><font point-size="10" color="#555555">'
              f'{html.escape(outs)}</font><br/><i>{word}</i>>')
     sg.node(node, label, shape="box", style=f"rounded,{style}", fillcolor=fill,
             penwidth="2.5" if kind == "saved" else "1")
