@@ -34,7 +34,7 @@ def partial_eval_graph(f, args, known, title: str | None = None):
   alt = (f"Partial evaluation's graph of tracers and recipes: inputs {knowns}; "
          f"recipes for the unknown values, in jaxpr order: {clip(steps, 100) or 'none'}; "
          f"{len(unknown_out)} of {len(tracers_out)} outputs unknown")
-  g = digraph(titled(title, alt), rankdir="TB", nodesep="0.25", ranksep="0.3")
+  g = digraph(titled(title, alt), rankdir="TB", nodesep="0.15", ranksep="0.3")
   if title:
     g.attr(label=title, labelloc="t")
   names = {}
@@ -66,7 +66,7 @@ def partial_eval_graph(f, args, known, title: str | None = None):
       rid = f"r{id(r)}"
       if id(r) not in drawn_recipes:
         drawn_recipes.add(id(r))
-        g.node(rid, f"<<b>{r.prim.name}</b><br/><font point-size='9'>step {step[id(r)][0]}</font>>",
+        g.node(rid, f"<<b>{r.prim.name}</b><br/><font point-size='10'>step {step[id(r)][0]}</font>>",
                shape="box", style="rounded,filled", fillcolor="#cfe2ff")
         for x in r.tracers_in:
           g.edge(tid(x), rid)
