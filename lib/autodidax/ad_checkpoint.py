@@ -275,6 +275,7 @@ abstract_eval_rules[remat_p] = _remat_abstract_eval
 ad.jvp_rules[remat_p] = _remat_jvp
 ad.transpose_rules[remat_p] = _remat_transpose
 batching.vmap_rules[remat_p] = _remat_vmap
+batching.axis_vmap_rules[remat_p] = batching.named_axis_rule(_remat_vmap)
 pe.partial_eval_rules[remat_p] = _remat_partial_eval
 lowering.lowering_rules[remat_p] = _remat_lowering
 # FLOPS: a remat costs what its jaxpr costs when it runs, recomputation
