@@ -118,6 +118,7 @@ def vmap(fun, in_axes=0, out_axes=0, axis_name=None, axis_size=None):
     outs = [_move_out(size, v, bd, ax) for v, bd, ax in zip(vals_out, bdims_out, out_axes_flat)]
     return tree_unflatten(out_tree, outs)
   batched_fun.__name__ = f"vmap({getattr(fun, '__name__', 'fun')})"
+  batched_fun.__wrapped__ = fun   # its signature is fun's, as JAX's wraps says
   return batched_fun
 
 
