@@ -385,6 +385,9 @@ def value_and_grad(fun, argnums=0, has_aux=False):
     if kwargs:
       return value_and_grad(lambda *a: fun(*a, **kwargs), argnums, has_aux)(*args)
     nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+    if not nums:
+      raise TransformationError("grad: argnums=() picks no argument to differentiate "
+                                "with respect to; give at least one")
     for i in nums:
       if not -len(args) <= i < len(args):
         raise TransformationError(f"grad: argnums={argnums} but the function got "
