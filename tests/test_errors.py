@@ -1,6 +1,7 @@
 """Learners' mistakes: each gives a message that says what happened and what
 to do, and leaves the interpreter stack exactly as it was."""
 import contextlib
+import re
 
 import numpy as np
 import pytest
@@ -333,3 +334,41 @@ def test_a_stackless_tracer_at_the_evaluator():
       with raises_cleanly(core.TracerArrayConversionError, "the evaluator was the current trace",
                           "set_current_trace(self.parent)"):
         anp.sin(x)
+
+
+# --- Round 3: errors where JAX raises, and collectives' axes -----------------------------
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: anp.reshape(np.arange(6.), (-1, -1)), "only specify one unknown dimension"),
+    (lambda: anp.concatenate([]), "at least one array"),
+    (lambda: adx.grad(lambda x: x * 2., argnums=())(1.), "argnums=()"),
+])
+def test_errors_jax_also_raises(call, match):
+  with pytest.raises(ValueError, match=re.escape(match)):
+    call()
+
+
+def test_arange_takes_numpy_scalar_bounds_dtype():
+  assert anp.arange(np.int32(0), np.int32(5)).dtype == np.int32
+  assert anp.arange(0, 5).dtype == np.int64
+  assert anp.arange(np.float32(0), 2.).dtype == np.float32
+
+
+@pytest.mark.parametrize("f", [
+    lambda x: lax.all_gather(x, "i", axis=2),           # rank 1: axes -2..1
+    lambda x: lax.all_gather(x, "i", axis=-3),
+    lambda x: lax.all_gather(x, "i", axis=1, tiled=True),
+    lambda x: lax.psum_scatter(x, "i", scatter_dimension=3),
+    lambda x: lax.all_gather(x.sum(), "i", tiled=True),  # rank 0
+    lambda x: lax.psum_scatter(x.sum(), "i"),
+])
+def test_collective_axis_out_of_range_raises_as_jax(f):
+  """They wrapped around (axis % rank) to a plausible array, or divided by 0."""
+  with pytest.raises(ValueError, match="out of bounds for array of dimension"):
+    adx.vmap(f, axis_name="i")(np.ones((2, 2)))
+
+
+def test_psum_over_no_axes_is_the_identity():
+  x = np.arange(3.)
+  np.testing.assert_array_equal(lax.psum(x, ()), x)
+  np.testing.assert_array_equal(adx.vmap(lambda v: lax.pmax(v, []), axis_name="i")(x), x)
