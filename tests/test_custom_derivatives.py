@@ -455,6 +455,21 @@ def test_jaxpr_of_a_call_prints_as_jax(name):
   same_print(ZOO["ours"][name], ZOO["jax"][name], 1., 2.)
 
 
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_a_nested_jaxpr_fits_its_line_with_its_key(k):
+  """`call_jaxpr=` counts toward the line's width (the body with 2 sins fits
+  in 80 columns only without it)."""
+  def make(X, np_):
+    @X.custom_jvp
+    def f(x):
+      for _ in range(k):
+        x = np_.sin(x)
+      return x
+    f.defjvp(lambda p, t: (f(*p), t[0]))
+    return f
+  same_print(make(adx, anp), make(jax, jnp), 1.)
+
+
 def test_jaxpr_with_nondiff_and_closure_prints_as_jax():
   def make(bk):
     X, np_ = bk.X, bk.np
