@@ -791,3 +791,17 @@ def test_bind_tree_merges_neighbouring_leaves():
   svg = viz.svg_html(g)
   assert "sin by JVPTrace (level 1)" in g.name
   assert "sin, cos, mul" in svg   # the JVP rule of sin, as one box
+
+
+def test_a_bwd_cotangent_of_another_float_dtype_passes_on_as_jax():
+  def make(X, np_):
+    @X.custom_vjp
+    def f(x):
+      return np_.sin(x)
+    f.defvjp(lambda x: (f(x), x),
+             lambda x, ct: (np_.asarray(np_.cos(x) * ct, np.float32),))
+    return f
+  ours = adx.grad(make(adx, anp))(0.5)
+  theirs = jax.grad(make(jax, jnp))(0.5)
+  assert np.asarray(ours).dtype == np.asarray(theirs).dtype == np.float32
+  np.testing.assert_allclose(ours, theirs, rtol=1e-6)

@@ -711,10 +711,7 @@ class BwdRule:
           f"The custom VJP bwd {self.name} of {self.fun_name} returned a "
           f"cotangent of type {ct_aval.str_short()} for an input of type "
           f"{aval.str_short()}; they must have the same shape.")
-    inexact = np.issubdtype(aval.dtype, np.inexact)
-    if ct_aval.dtype != aval.dtype and inexact:
-      return lax.convert_element_type(ct, aval.dtype)
-    return ct
+    return ct   # another float dtype passes on as it is, as in JAX
 
 
 def cotangent_leaves(ct, tree):
