@@ -324,6 +324,15 @@ def test_a_stackless_tracer_with_no_current_trace():
       anp.sin(x)
 
 
+def test_an_escaped_stackless_tracer_says_it_escaped():
+  """Not "make the trace current": its trace has finished."""
+  from autodidax import stackless as sl
+  leak = []
+  sl.jvp(lambda x: leak.append(x) or x, (1.,), (1.,))
+  with raises_cleanly(core.EscapedTracerError, "escaped", "finished"):
+    anp.sin(leak[0])
+
+
 def test_a_stackless_tracer_at_the_evaluator():
   """An operation on a stackless tracer while the evaluator is current (a rule
   run without its parent current): the message says so, not "use anp"."""

@@ -68,6 +68,11 @@ class Trace:
 
   @property
   def main(self):   # only Parts 1-4's `bind` asks for a level: no trace was current
+    if not self.live:   # a tracer that escaped a finished transformation
+      raise core.EscapedTracerError(
+          f"A tracer of {self!r} escaped: its transformation has finished (was it "
+          "saved to a global or an outer variable?). Return values from transformed "
+          "functions instead.")
     raise core.NoCurrentTraceError(self)
 
   def __repr__(self):
