@@ -381,3 +381,18 @@ def test_psum_over_no_axes_is_the_identity():
   x = np.arange(3.)
   np.testing.assert_array_equal(lax.psum(x, ()), x)
   np.testing.assert_array_equal(adx.vmap(lambda v: lax.pmax(v, []), axis_name="i")(x), x)
+
+
+def test_a_jit_sharding_longer_than_the_rank_raises_as_jax():
+  from autodidax.sharding import NamedSharding, P
+  s = NamedSharding(adx.make_mesh((1,), ("x",)), P("x", None))
+  with pytest.raises(ValueError, match=r"argument 0 \(f64\[3\]\) has 2 entries"):
+    adx.jit(lambda v: v * 2, in_shardings=s)(np.ones(3))
+  with pytest.raises(ValueError, match=r"output 0 \(f64\[3\]\) has 2 entries"):
+    adx.jit(lambda v: v * 2, out_shardings=s)(np.ones(3))
+
+
+def test_device_put_of_a_scalar_to_a_mesh():
+  from autodidax.sharding import NamedSharding, P
+  a = adx.device_put(np.float64(2.), NamedSharding(adx.make_mesh((1,), ("x",)), P()))
+  assert np.asarray(a).shape == () and float(np.asarray(a)) == 2.
