@@ -416,7 +416,10 @@ def value_and_grad(fun, argnums=0, has_aux=False):
           f"grad requires a function returning one real scalar, but it returned "
           f"{got}{' (with has_aux=True, return (scalar, aux))' if has_aux else ''}. "
           "For non-scalar outputs use vjp, or jacrev/jacfwd for Jacobians.")
-    grads = f_vjp(np.ones((), aval.dtype))
+    # A weakly typed traced output's seed is weak too (a Python 1.0), so that
+    # jit(grad(f))(0.7) is weakly typed, as JAX's; eagerly, an array.
+    weak = isinstance(out, Tracer) and aval.weak_type and aval.dtype == np.float64
+    grads = f_vjp(1. if weak else np.ones((), aval.dtype))
     grads = grads[0] if isinstance(argnums, int) else tuple(grads)
     return ((out, res[2]), grads) if has_aux else (out, grads)
   return value_and_grad_fun
