@@ -62,12 +62,22 @@ class Jaxpr:
   """`constvars` and `invars` are both inputs; constvars are, by convention,
   bound to the constants a ClosedJaxpr carries."""
 
-  def __init__(self, constvars, invars, eqns, outvars):
+  def __init__(self, constvars, invars, eqns, outvars, effects=None):
     self.constvars, self.invars = list(constvars), list(invars)
     self.eqns, self.outvars = list(eqns), list(outvars)
+    # Declared effects (checked by typecheck_jaxpr); by default, the equations'.
+    self._effects = None if effects is None else frozenset(effects)
 
   in_avals = property(lambda self: [v.aval for v in self.invars])
   out_avals = property(lambda self: [x.aval for x in self.outvars])
+
+  @property
+  def effects(self) -> frozenset:
+    """What running the jaxpr does besides computing (autodidax.effects)."""
+    if self._effects is not None:
+      return self._effects
+    from .effects import jaxpr_effects
+    return jaxpr_effects(self)
 
   def __repr__(self):
     return pp_jaxpr(self)
@@ -88,6 +98,7 @@ class ClosedJaxpr:
   in_avals = property(lambda self: self.jaxpr.in_avals)
   out_avals = property(lambda self: self.jaxpr.out_avals)
   eqns = property(lambda self: self.jaxpr.eqns)
+  effects = property(lambda self: self.jaxpr.effects)
 
   def __call__(self, *args):
     return eval_jaxpr(self.jaxpr, self.consts, *args)
@@ -159,6 +170,12 @@ def typecheck_jaxpr(jaxpr: Jaxpr) -> JaxprType:
     for v in eqn.out_binders:
       bind_var(v, where)
   out_types = [typecheck_atom(env, x, names, "in the outputs") for x in jaxpr.outvars]
+  if jaxpr._effects is not None:   # declared effects must cover the equations'
+    from .effects import jaxpr_effects
+    missing = jaxpr_effects(jaxpr) - jaxpr._effects
+    if missing:
+      raise JaxprTypeError(f"the equations have effects {sorted(map(repr, missing))} "
+                           f"that the jaxpr doesn't declare ({set(jaxpr._effects) or '{}'})")
   return JaxprType([v.aval for v in jaxpr.invars], out_types)
 
 
@@ -297,7 +314,8 @@ def pp_eqn(eqn: JaxprEqn, names: VarNames, indent: int = 4) -> str:
   else:
     params = " ".join(f"{k}={pp_param(v, names, indent)}" for k, v in items)
     params = f"[{params}]" if params else ""
-  return f"{lhs} = {eqn.primitive.name}{params} {args}"
+  lhs = f"{lhs} = " if lhs else ""   # an equation for its effect only binds nothing
+  return f"{lhs}{eqn.primitive.name}{params} {args}"
 
 
 def pp_jaxpr(jaxpr: Jaxpr, width: int = 80, indent: int = 0, names: VarNames | None = None) -> str:

@@ -1,0 +1,2 @@
+def discharge_if_stateful(jaxpr):
+  return jaxpr
