@@ -35,7 +35,8 @@ for _name in ("psum", "pmean", "pmax", "pmin", "all_gather", "psum_scatter", "pp
   setattr(lax, _name, getattr(parallel, _name))
 
 # Side effects and state: effects in jaxprs, host callbacks, mutable Refs.
-from . import effects, callback, debug  # noqa: E402
+from . import effects, callback, debug, state  # noqa: E402
+from .state import Ref, new_ref  # noqa: E402,F401
 from .callback import ShapeDtypeStruct, pure_callback, io_callback  # noqa: E402,F401
 
 __all__ = ["jvp", "vmap", "jacfwd", "jacrev", "hessian", "make_jaxpr", "jit", "Array",
@@ -43,7 +44,7 @@ __all__ = ["jvp", "vmap", "jacfwd", "jacrev", "hessian", "make_jaxpr", "jit", "A
            "Primitive", "custom_jvp", "custom_vjp", "checkpoint", "remat",
            "checkpoint_policies", "ad_checkpoint", "devices", "make_mesh", "device_put",
            "shard_map", "sharding", "P", "debug", "pure_callback", "io_callback",
-           "ShapeDtypeStruct"]
+           "ShapeDtypeStruct", "new_ref", "Ref"]
 
 
 def __getattr__(name):   # a JAX name that autodidax leaves out: say so

@@ -233,6 +233,7 @@ class VarNames:
 
   def __init__(self):
     self._names: dict = {}
+    self.used: set = set()   # the variables read (pp_jaxpr fills it in)
 
   def __getitem__(self, v: Var) -> str:
     if v not in self._names:
@@ -302,8 +303,15 @@ def eqn_params(eqn: JaxprEqn) -> list:
   return rule(eqn.params) if rule is not None else sorted(eqn.params.items())
 
 
+# `pp_eqn_rules[prim](eqn, names, pp_atom) -> str`: a primitive that prints
+# its own way (a Ref's reads and writes: `c:f32[] <- b[...]`).
+pp_eqn_rules: dict = {}
+
+
 def pp_eqn(eqn: JaxprEqn, names: VarNames, indent: int = 4) -> str:
   """One equation. Params holding jaxprs go one per line, as JAX prints them."""
+  if eqn.primitive in pp_eqn_rules:
+    return pp_eqn_rules[eqn.primitive](eqn, names, lambda x: _pp_atom(x, names))
   lhs = " ".join(f"{names[v]}:{v.aval.str_short()}" for v in eqn.out_binders)
   args = " ".join(_pp_atom(x, names) for x in eqn.inputs)
   items = eqn_params(eqn)
@@ -322,6 +330,8 @@ def pp_jaxpr(jaxpr: Jaxpr, width: int = 80, indent: int = 0, names: VarNames | N
   """Print like JAX: on one line when it fits in `width`, else one equation a
   line. `indent` is the column the jaxpr starts at (for nested jaxprs)."""
   names = names or VarNames()
+  names.used.update(x for e in jaxpr.eqns for x in e.inputs if type(x) is Var)
+  names.used.update(x for x in jaxpr.outvars if type(x) is Var)
   binders = lambda vs: " ".join(f"{names[v]}:{v.aval.str_short()}" for v in vs)
   head = f"{{ lambda {binders(jaxpr.constvars)}; {binders(jaxpr.invars)}. let"
   eqns = [pp_eqn(e, names, indent + 4) for e in jaxpr.eqns]
