@@ -73,9 +73,9 @@ def _indexer(idx, shape):
   """`(entries, dynamic)`: per indexed dimension ("int", i), ("dyn",) or
   ("slice", start, stop); `dynamic` holds the traced integer indices."""
   idx = idx if isinstance(idx, tuple) else (idx,)
-  if idx == (Ellipsis,) or idx == ():
+  if not idx or (len(idx) == 1 and idx[0] is Ellipsis):
     return (), []
-  if Ellipsis in idx:
+  if any(i is Ellipsis for i in idx):
     raise IndexError("a Ref index may use `...` only on its own (ref[...])")
   if len(idx) > len(shape):
     raise IndexError(f"too many indices ({len(idx)}) for a Ref of rank {len(shape)}")
