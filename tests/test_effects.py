@@ -198,3 +198,44 @@ def test_ref_misuse_errors():
     adx.jit(lambda x: adx.new_ref(x))(np.float32(1))
   with pytest.raises(TypeError, match="shape"):
     adx.make_jaxpr(lambda x: adx.new_ref(x).__setitem__(..., anp.zeros(2)))(X3)
+
+
+def _straight(m):
+  def f(x):
+    r = m.new_ref(x)
+    r[...] += x * x
+    r[1] = r[0] * 2.
+    acc = m.new_ref(np.zeros((), np.float32))
+    for i in range(3):
+      acc[...] += r[i] * (i + 1.)
+    return r[...] * acc[...]
+  return f
+
+
+@pytest.mark.parametrize("transform", ["jvp", "vmap", "grad", "linearize", "vjp"])
+def test_refs_without_jit_are_discharged_as_the_function_runs(transform):
+  ours, theirs = _straight(adx), _straight(jax)
+  xs = np.stack([X3, -X3 * 0.5]).astype(np.float32)
+  if transform == "jvp":
+    want, got = (jax.jvp(theirs, (X3,), (X3 + 1,)),
+                 adx.jvp(ours, (X3,), (X3 + 1,)))
+  elif transform == "vmap":
+    want, got = jax.vmap(theirs)(xs), adx.vmap(ours)(xs)
+  elif transform == "grad":
+    want = jax.grad(lambda x: theirs(x).sum())(X3)
+    got = adx.grad(lambda x: ours(x).sum())(X3)
+  elif transform == "linearize":
+    want = jax.linearize(theirs, X3)[1](X3)
+    got = adx.linearize(ours, X3)[1](X3)
+  else:
+    want = jax.vjp(theirs, X3)[1](X3)
+    got = adx.vjp(ours, X3)[1](X3)
+  for w, g in zip(jax.tree_util.tree_leaves(want), jax.tree_util.tree_leaves(got)):
+    np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-5, atol=1e-6)
+
+
+def test_a_ref_of_a_transformation_in_a_loop_body_says_to_use_jit():
+  with pytest.raises(adx.core.EscapedTracerError, match="jit"):
+    adx.grad(lambda x: _ref_prog(adx, lax)(x).sum())(X3)
+  # jit discharges it into the loop's carry instead:
+  adx.grad(lambda x: adx.jit(_ref_prog(adx, lax))(x).sum())(X3)

@@ -44,14 +44,21 @@ class AbstractRef:
 
 
 class Ref:
-  """A Ref made eagerly: a mutable NumPy array."""
+  """A Ref made outside staging: a box holding a value, an array eagerly or a
+  tracer under jvp, vmap or grad. Its reads and writes are array operations
+  on that value as the function runs: discharge, done by the interpreter.
+  `level` is the interpreter that was running when it was made."""
 
   def __init__(self, val):
-    self._val = np.array(val)
-    self.aval = AbstractRef(core.raise_to_shaped(core.get_aval(val)))
+    self._val = val
+    self.level = len(core.trace_stack) - 1
 
-  shape = property(lambda self: self._val.shape)
-  dtype = property(lambda self: self._val.dtype)
+  @property
+  def aval(self):
+    return AbstractRef(core.raise_to_shaped(core.get_aval(self._val)))
+
+  shape = property(lambda self: np.shape(self._val))
+  dtype = property(lambda self: self.aval.dtype)
 
   def __getitem__(self, idx):
     return get(self, idx)
@@ -142,23 +149,67 @@ addupdate_p = Primitive("addupdate", multiple_results=True)
 
 
 def new_ref(x):
-  """A Ref holding `x` (JAX's `jax.new_ref`)."""
-  return new_ref_p.bind(x)
+  """A Ref holding `x` (JAX's `jax.new_ref`). While a jaxpr is being staged
+  (jit, make_jaxpr, a loop's body) it is a `new_ref` equation; otherwise a box."""
+  if _staging([x]):
+    return new_ref_p.bind(x)
+  return Ref(np.array(x) if not isinstance(x, Tracer) else x)
+
+
+def _staging(args) -> bool:
+  from .partial_eval import DynamicJaxprTrace
+  return core.find_top_trace(args).main.trace_type is DynamicJaxprTrace
+
+
+def _boxed(ref) -> bool:
+  """Whether to use the box `ref` directly (else its operations are staged,
+  the box a constant of the jaxpr, as when a loop's body closes over it)."""
+  if not isinstance(ref, Ref):
+    return False
+  staging = core.dynamic_trace is not None and core.dynamic_trace.level > ref.level
+  if staging and isinstance(ref._val, Tracer):
+    raise core.EscapedTracerError(
+        "A Ref made under a transformation (jvp, vmap, grad) is used inside a loop or "
+        "cond body, which would carry the transformation's tracers out of the body. "
+        "Wrap the function in jit: its Refs are then discharged into the loop's carry.")
+  return not staging
 
 
 def get(ref, idx=...):
   entries, dynamic = _indexer(idx, ref.shape)
+  if _boxed(ref):
+    return read(ref._val, dynamic, entries)
   return get_p.bind(ref, *dynamic, indexer=entries)
 
 
 def swap(ref, idx, val):
   entries, dynamic = _indexer(idx, ref.shape)
+  if _boxed(ref):
+    return _swap_box(ref, val, dynamic, entries)
   return swap_p.bind(ref, val, *dynamic, indexer=entries)
 
 
 def addupdate(ref, idx, val):
   entries, dynamic = _indexer(idx, ref.shape)
-  addupdate_p.bind(ref, val, *dynamic, indexer=entries)
+  if _boxed(ref):
+    _swap_box(ref, read(ref._val, dynamic, entries) + val, dynamic, entries)
+  else:
+    addupdate_p.bind(ref, val, *dynamic, indexer=entries)
+
+
+def _swap_box(ref, val, dynamic, entries):
+  want = _indexed_shape(entries, ref.shape)
+  if tuple(np.shape(val)) != want:
+    raise TypeError(f"can't write a value of shape {np.shape(val)} into Ref{want} "
+                    "(the indexed part): shapes must match")
+  for v in (val, *dynamic):
+    if isinstance(v, Tracer) and v._trace.main.level > ref.level:
+      raise core.EscapedTracerError(
+          f"A value of an inner transformation ({v}) is written into a Ref made outside "
+          "it: it would escape. Return it from the transformed function instead.")
+  old = read(ref._val, dynamic, entries)
+  ref._val = write(ref._val, dynamic, entries, val)
+  return old
 
 
 def _check_ref(ref, what):
@@ -201,17 +252,15 @@ def _impl_get(ref, *dynamic, indexer):
 
 
 def _impl_swap(ref, val, *dynamic, indexer):
-  old = read(ref._val, dynamic, indexer)
-  ref._val = np.asarray(write(ref._val, dynamic, indexer, val), ref.dtype)
-  return old
+  return _swap_box(ref, val, dynamic, indexer)
 
 
 def _impl_addupdate(ref, val, *dynamic, indexer):
-  _impl_swap(ref, np.add(read(ref._val, dynamic, indexer), val), *dynamic, indexer=indexer)
+  _swap_box(ref, read(ref._val, dynamic, indexer) + val, dynamic, indexer)
   return []
 
 
-impl_rules[new_ref_p] = Ref
+impl_rules[new_ref_p] = lambda x: Ref(np.array(x))
 impl_rules[get_p] = _impl_get
 impl_rules[swap_p] = _impl_swap
 impl_rules[addupdate_p] = _impl_addupdate
