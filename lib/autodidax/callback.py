@@ -191,11 +191,23 @@ def _callback_impl(*args, callback, result_avals, **_):
   return [np.asarray(o, a.dtype) for o, a in zip(outs, result_avals)]
 
 
+def _pure_callback_abstract_eval(*avals, callback, result_avals, vmap_method):
+  return list(result_avals)
+
+
+def _io_callback_abstract_eval(*avals, callback, result_avals, ordered):
+  return list(result_avals)
+
+
+def _io_callback_effects(*avals, callback, result_avals, ordered):
+  return {effects.ordered_io_effect if ordered else effects.io_effect}
+
+
 for _p in (pure_callback_p, io_callback_p):
   impl_rules[_p] = _callback_impl
-  abstract_eval_rules[_p] = lambda *avals, result_avals, **_: list(result_avals)
-effects.def_effects(io_callback_p, lambda *avals, ordered, **_: {
-    effects.ordered_io_effect if ordered else effects.io_effect})
+abstract_eval_rules[pure_callback_p] = _pure_callback_abstract_eval
+abstract_eval_rules[io_callback_p] = _io_callback_abstract_eval
+effects.def_effects(io_callback_p, _io_callback_effects)
 
 
 def _no_jvp(message):

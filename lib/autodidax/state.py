@@ -182,7 +182,13 @@ def get(ref, idx=...):
   return get_p.bind(ref, *dynamic, indexer=entries)
 
 
+def _as_ref_dtype(ref, val):
+  """A Python scalar takes the Ref's dtype, as it would an array's."""
+  return np.asarray(val, ref.dtype) if type(val) in (bool, int, float) else val
+
+
 def swap(ref, idx, val):
+  val = _as_ref_dtype(ref, val)
   entries, dynamic = _indexer(idx, ref.shape)
   if _boxed(ref):
     return _swap_box(ref, val, dynamic, entries)
@@ -190,6 +196,7 @@ def swap(ref, idx, val):
 
 
 def addupdate(ref, idx, val):
+  val = _as_ref_dtype(ref, val)
   entries, dynamic = _indexer(idx, ref.shape)
   if _boxed(ref):
     _swap_box(ref, read(ref._val, dynamic, entries) + val, dynamic, entries)
