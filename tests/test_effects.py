@@ -40,6 +40,10 @@ PROGRAMS = {
     "scan_ordered": lambda m, p, l: m.jit(lambda xs: l.scan(
         lambda c, x: (p("s {} {}", c, x, ordered=True), (c + x, None))[1],
         np.float32(0), xs))(X3),
+    "grad_checkpoint": lambda m, p, l: m.grad(m.checkpoint(
+        lambda x: (p("c {}", x), x * x)[1]))(np.float32(3.)),
+    "jit_grad_checkpoint": lambda m, p, l: m.jit(m.grad(m.checkpoint(
+        lambda x: (p("c {}", x), x * x)[1])))(np.float32(3.)),
     "cond": lambda m, p, l: m.jit(lambda x: l.cond(
         x > 0, lambda y: (p("pos {}", y), y)[1], lambda y: (p("neg {}", y), -y)[1], x))(
         np.float32(-2.)),
