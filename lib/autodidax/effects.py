@@ -153,6 +153,3 @@ def is_ordered(effects) -> bool:
 def has_effects(eqn) -> bool:
   return bool(eqn_effects(eqn))
 
-
-class EffectError(ValueError):
-  """A transformation met an effect it can't allow (JAX raises ValueError)."""

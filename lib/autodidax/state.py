@@ -326,6 +326,8 @@ def pp_state_eqn(eqn, names, atom):
 
 for _p in (get_p, swap_p, addupdate_p):
   pp_eqn_rules[_p] = pp_state_eqn
+  # in pictures of the graph: where, as the printed line shows it (· a traced index)
+  pp_params_rules[_p] = lambda params: [("at", f"[{_pp_index(params['indexer'], '·' * 9)}]")]
 pp_params_rules[new_ref_p] = lambda params: []
 
 

@@ -1390,6 +1390,7 @@ def token_graph(stablehlo_text: str, title: str | None = None):
 def _state_graph(jaxpr, title: str):
   """A jaxpr's graph with each Ref a cylinder: writes (swap, addupdate) go
   into it, reads (get) come out of it."""
+  from . import effects
   from .jaxpr import Lit, VarNames
   from .state import AbstractRef, addupdate_p, get_p, new_ref_p, swap_p
   names = VarNames()
@@ -1409,12 +1410,19 @@ def _state_graph(jaxpr, title: str):
     for k, x in enumerate(eqn.inputs):
       if isinstance(x, Lit) or x not in producer:
         continue
-      if isinstance(x.aval, AbstractRef) and p in (swap_p, addupdate_p) and k == 0:
-        g.edge(node, producer[x], color=HIGHLIGHT, penwidth="2", label="writes")
-      elif isinstance(x.aval, AbstractRef):
-        g.edge(producer[x], node, color=HIGHLIGHT, style="dashed", label="reads")
-      else:
+      if not isinstance(x.aval, AbstractRef):
         g.edge(producer[x], node)
+        continue
+      on_k = {type(e) for e in effects.eqn_effects(eqn) | effects._inner_ref_effects(eqn)
+              if isinstance(e, effects.RefEffect) and e.input_index == k}
+      writes = bool(on_k & {effects.WriteEffect, effects.AccumEffect})
+      if writes and effects.ReadEffect in on_k:   # a loop's body, say
+        g.edge(node, producer[x], color=HIGHLIGHT, penwidth="2", dir="both",
+               label="reads, writes")
+      elif writes:
+        g.edge(node, producer[x], color=HIGHLIGHT, penwidth="2", label="writes")
+      else:
+        g.edge(producer[x], node, color=HIGHLIGHT, style="dashed", label="reads")
     for v in eqn.out_binders:
       if isinstance(v.aval, AbstractRef):
         producer[v] = f"r{id(v)}"

@@ -92,12 +92,13 @@ def _seen(f, *args):
 def probe_S_2(p, debug_callback_vmap):
   n = int(p.rng.integers(2, 5))
   xs, ys = p.rng.integers(-9, 9, size=(n, 2)).astype(F32), p.rng.integers(-9, 9, size=3)
-  p.given(xs=xs, ys=ys)
+  zs = p.rng.integers(-9, 9, size=(n, 5)).astype(F32)   # batched along its axis 1
+  p.given(xs=xs, ys=ys, zs=zs)
   cases = {
       "vmap over axis 0":
           lambda cb, xs: adx.vmap(lambda x: adx.debug.callback(cb, x))(xs),
       "vmap over axis 1":
-          lambda cb, xs: adx.vmap(lambda x: adx.debug.callback(cb, x), in_axes=1)(xs),
+          lambda cb, xs: adx.vmap(lambda z: adx.debug.callback(cb, z), in_axes=1)(zs),
       "vmap with an unbatched argument":
           lambda cb, xs: adx.vmap(lambda x, y: adx.debug.callback(cb, x, y),
                                   in_axes=(0, None))(xs, ys),
