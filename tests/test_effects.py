@@ -123,6 +123,8 @@ def test_io_callback_values_vmap_and_errors():
   cb = lambda x: (seen.append(float(x)), x * 2)[1]
   sds = adx.ShapeDtypeStruct((), np.float32)
   assert float(adx.jit(lambda x: adx.io_callback(cb, sds, x))(np.float32(3))) == 6.0
+  jsds = jax.ShapeDtypeStruct((), np.float32)
+  assert float(jax.jit(lambda x: jax_io_callback(cb, jsds, x))(np.float32(3))) == 6.0
   np.testing.assert_allclose(adx.vmap(lambda x: adx.io_callback(cb, sds, x))(X3), X3 * 2)
   with pytest.raises(ValueError, match="ordered IO callback"):
     adx.vmap(lambda x: adx.io_callback(cb, sds, x, ordered=True))(X3)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import ad, batching, core, effects, lax
+from . import core, effects, lax
 from .core import Primitive, ShapedArray, Tracer, abstract_eval_rules, impl_rules
 from .jaxpr import Jaxpr, Lit, pp_eqn_rules, pp_params_rules
 
