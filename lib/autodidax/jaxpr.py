@@ -170,13 +170,18 @@ def typecheck_jaxpr(jaxpr: Jaxpr) -> JaxprType:
     for v in eqn.out_binders:
       bind_var(v, where)
   out_types = [typecheck_atom(env, x, names, "in the outputs") for x in jaxpr.outvars]
-  if jaxpr._effects is not None:   # declared effects must cover the equations'
+  _check_effects(jaxpr)
+  return JaxprType([v.aval for v in jaxpr.invars], out_types)
+
+
+def _check_effects(jaxpr: Jaxpr):
+  """Declared effects (autodidax.effects) must cover the equations'."""
+  if jaxpr._effects is not None:
     from .effects import jaxpr_effects
     missing = jaxpr_effects(jaxpr) - jaxpr._effects
     if missing:
       raise JaxprTypeError(f"the equations have effects {sorted(map(repr, missing))} "
                            f"that the jaxpr doesn't declare ({set(jaxpr._effects) or '{}'})")
-  return JaxprType([v.aval for v in jaxpr.invars], out_types)
 
 
 class _Where:
