@@ -1482,7 +1482,8 @@ def discharge_stepper(f, *args):
   frames = discharge_frames(jaxpr)
   titles = ("the jaxpr with Refs", "discharged so far (outputs: what each Ref holds)")
   steps = {f"after equation {k + 1}: {left.splitlines()[k].strip('▶ ')}":
-           (lambda left=left, right=right: SideBySide(left, right, titles=titles))
+           (lambda left=left, right=right: [SideBySide(left, titles=titles[:1]),   # stacked
+                                            SideBySide(right, titles=titles[1:])])
            for k, (left, right) in enumerate(frames)}
   try:
     return explorer(steps, lambda make: make())
