@@ -245,3 +245,19 @@ def test_a_ref_of_a_transformation_in_a_loop_body_says_to_use_jit():
     adx.grad(lambda x: _ref_prog(adx, lax)(x).sum())(X3)
   # jit discharges it into the loop's carry instead:
   adx.grad(lambda x: adx.jit(_ref_prog(adx, lax))(x).sum())(X3)
+
+
+def test_pictures_of_tokens_and_discharge_say_what_they_show():
+  from autodidax import viz
+  f = lambda x: (adx.debug.print("a", ordered=True), adx.debug.print("b {}", x, ordered=True),
+                 x)[2]
+  g = viz.token_graph(adx.jit(f).lower(np.float32(1)).as_text())
+  assert "2 host callbacks take the token" in g.name
+  assert g.source.count('label=token') == 2
+  bump = lambda x: (lambda r: (r.__setitem__(0, 3.), r[...] * x)[1])(adx.new_ref(x))
+  panes = viz.discharge_graph(bump, X3).panes
+  assert "new_ref" in panes["with a Ref"].name and "writes" in panes["with a Ref"].source
+  assert "Ref" not in panes["discharged"].name
+  frames = viz.discharge_frames(adx.make_jaxpr(bump)(X3).jaxpr)
+  assert len(frames) == 4 and frames[1][0].splitlines()[1].startswith("▶ b[0] <- 3.0")
+  assert "Ref" not in frames[-1][1] and "dynamic_update_slice" in frames[-1][1]
