@@ -120,11 +120,11 @@ def jaxpr_effects(jaxpr) -> frozenset:
           out.add(type(e)(i))
       else:
         out.add(e)
-    out.update(_inner_ref_effects(eqn))
+    out.update(inner_ref_effects(eqn))
   return frozenset(out)
 
 
-def _inner_ref_effects(eqn) -> set:
+def inner_ref_effects(eqn) -> set:
   """Ref effects of a higher-order equation's jaxprs, on Refs it is passed
   (a loop whose body writes a Ref from outside), re-indexed to the
   equation's inputs: inner input i is outer input i + offset."""

@@ -1413,7 +1413,7 @@ def _state_graph(jaxpr, title: str):
       if not isinstance(x.aval, AbstractRef):
         g.edge(producer[x], node)
         continue
-      on_k = {type(e) for e in effects.eqn_effects(eqn) | effects._inner_ref_effects(eqn)
+      on_k = {type(e) for e in effects.eqn_effects(eqn) | effects.inner_ref_effects(eqn)
               if isinstance(e, effects.RefEffect) and e.input_index == k}
       writes = bool(on_k & {effects.WriteEffect, effects.AccumEffect})
       if writes and effects.ReadEffect in on_k:   # a loop's body, say
