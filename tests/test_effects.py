@@ -204,6 +204,8 @@ def test_ref_misuse_errors():
     adx.jit(lambda x: adx.new_ref(x))(np.float32(1))
   with pytest.raises(TypeError, match="shape"):
     adx.make_jaxpr(lambda x: adx.new_ref(x).__setitem__(..., anp.zeros(2)))(X3)
+  with pytest.raises(IndexError, match="out of bounds"):
+    adx.new_ref(X3)[3]
 
 
 def _straight(m):

@@ -94,7 +94,9 @@ def _indexer(idx, shape):
         raise IndexError("Ref slices must have step 1")
       entries.append(("slice", start, stop))
     elif isinstance(i, (int, np.integer)):
-      entries.append(("int", int(i) % d if d else int(i)))
+      if not -d <= i < d:
+        raise IndexError(f"index {i} is out of bounds for a Ref axis of size {d}")
+      entries.append(("int", int(i) % d))
     else:
       entries.append(("dyn",))
       dynamic.append(i)
