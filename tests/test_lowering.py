@@ -22,7 +22,12 @@ from autodidax import stackless
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:jax.*")
 
 # Primitives with an impl rule that deliberately have no lowering rule.
-NOT_LOWERABLE: set = set()
+# A Ref's primitives are discharged before lowering (autodidax/state.py).
+from autodidax import callback, state  # noqa: E402
+NOT_LOWERABLE: set = {state.new_ref_p, state.get_p, state.swap_p, state.addupdate_p}
+# Host callbacks need their Python functions at compile time: tests/test_effects.py
+# compiles them with those, against JAX.
+CALLS_BACK = {callback.debug_callback_p, callback.pure_callback_p, callback.io_callback_p}
 # Lowering rules that raise on purpose: custom_lin is the tangent map of a
 # custom_vjp function, which only transposition may run (test_custom_derivatives).
 LOWERING_RAISES = {"custom_lin"}
@@ -258,7 +263,8 @@ def test_every_lowering_rule_has_a_case():
   for _, fn, _, args in CASES:
     _prims_in(_closed_jaxpr(fn, args).jaxpr, covered)
   missing = [p.name for p in lowering.lowering_rules if p not in covered
-             and p not in ON_A_MESH and p.name not in LOWERING_RAISES]
+             and p not in ON_A_MESH and p not in CALLS_BACK
+             and p.name not in LOWERING_RAISES]
   assert not missing, f"lowering rules with no test case in CASES: {missing}"
 
 

@@ -34,11 +34,17 @@ for _name in ("psum", "pmean", "pmax", "pmin", "all_gather", "psum_scatter", "pp
               "axis_index"):
   setattr(lax, _name, getattr(parallel, _name))
 
+# Side effects and state: effects in jaxprs, host callbacks, mutable Refs.
+from . import effects, callback, debug, state  # noqa: E402
+from .state import Ref, new_ref  # noqa: E402,F401
+from .callback import ShapeDtypeStruct, pure_callback, io_callback  # noqa: E402,F401
+
 __all__ = ["jvp", "vmap", "jacfwd", "jacrev", "hessian", "make_jaxpr", "jit", "Array",
            "linearize", "vjp", "grad", "value_and_grad", "lax", "numpy", "nn", "tree_util",
            "Primitive", "closure_convert", "custom_jvp", "custom_vjp", "checkpoint", "remat",
            "checkpoint_policies", "ad_checkpoint", "devices", "make_mesh", "device_put",
-           "shard_map", "sharding", "P"]
+           "shard_map", "sharding", "P", "debug", "pure_callback", "io_callback",
+           "ShapeDtypeStruct", "new_ref", "Ref"]
 
 
 def __getattr__(name):   # a JAX name that autodidax leaves out: say so

@@ -188,6 +188,8 @@ class ConcreteArray(ShapedArray):
 
 
 def raise_to_shaped(aval: ShapedArray) -> ShapedArray:
+  if not isinstance(aval, ShapedArray):   # another kind of type (a Ref's) is kept
+    return aval
   return ShapedArray(aval.shape, aval.dtype, aval.weak_type)
 
 
@@ -197,6 +199,10 @@ array_types: set = {bool, int, float, np.ndarray, np.bool_, np.float16,
                     np.int64, np.uint8, np.uint16, np.uint32, np.uint64}
 
 
+# `aval_rules[type](x)`: the type of a value that is not an array (a Ref).
+aval_rules: dict = {}
+
+
 def is_array(x) -> bool:
   return type(x) in array_types or isinstance(x, Tracer)
 
@@ -204,6 +210,9 @@ def is_array(x) -> bool:
 def get_aval(x) -> ShapedArray:
   if isinstance(x, Tracer):
     return x.aval
+  rule = aval_rules.get(type(x))
+  if rule is not None:
+    return rule(x)
   if type(x) in array_types:
     return ConcreteArray(x)
   raise UnsupportedTypeError(x)

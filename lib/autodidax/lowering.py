@@ -93,6 +93,9 @@ class Module:
     # number of partitions) and a header (the device mesh).
     self.attributes: list[str] = []
     self.header: list[str] = []
+    # Python functions the program calls back (autodidax.callback): the
+    # custom call's `index` is a position here; they go to runtime.compile.
+    self.host_callbacks: list = []
 
   def private_function(self, jaxpr: Jaxpr, name: str) -> str:
     """Lower `jaxpr` once as a private function; returns its symbol."""
@@ -118,6 +121,7 @@ class LoweringContext:
     self._counter = counter if counter is not None else [0]
     self.avals_in: list = []
     self.avals_out: list = []
+    self.token: str | None = None   # the latest ordered effect's (autodidax.callback)
 
   def fresh(self) -> str:
     self._counter[0] += 1
@@ -195,9 +199,14 @@ def lower_jaxpr_body(ctx: LoweringContext, jaxpr: Jaxpr, env: dict) -> list[str]
 
 def lower_jaxpr(jaxpr: Jaxpr, name: str = "jit_fun") -> str:
   """The module for a jaxpr: its constvars and invars become @main's arguments."""
+  return lower_module(jaxpr, name).text()
+
+
+def lower_module(jaxpr: Jaxpr, name: str = "jit_fun") -> Module:
+  """`lower_jaxpr`'s Module, with the host callbacks its text calls."""
   module = Module(name)
   module.functions.append(lower_function(module, jaxpr, "main", public=True))
-  return module.text()
+  return module
 
 
 # --- Rules ---------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from .calls import pp_traced, trace, trace_note, tracing
 from .dispatch import DispatchRecording, record_dispatch, trace_chain_graph
 from .draw import HIGHLIGHT, TRACE_COLORS, short, svg_html
 from .dtypes import dtype_lattice
+from .effects import discharge_frames, discharge_graph, discharge_stepper, token_graph
 from .jaxprs import jaxpr_graph, jaxpr_graph_nested
 from .jit import jit_pipeline
 from .panes import Columns, SideBySide, explorer, side_by_side

@@ -6,7 +6,7 @@ import html
 from .draw import clip, digraph, titled
 
 
-def _eqn_label(eqn, names, var_label) -> str:
+def eqn_label(eqn, names, var_label) -> str:
   """An equation's node: the primitive, its literals, short params, outputs."""
   from ..jaxpr import Lit, eqn_params, fmt_literal, has_jaxpr, pp_param
   lits = [fmt_literal(x.val) for x in eqn.inputs if isinstance(x, Lit)]
@@ -21,7 +21,7 @@ def _eqn_label(eqn, names, var_label) -> str:
   return label + f'<br/><font point-size="9" color="#555555">{html.escape(outs)}</font>>'
 
 
-def _jaxpr_alt(jaxpr, names, kind="A jaxpr's dataflow graph") -> str:
+def jaxpr_alt(jaxpr, names, kind="A jaxpr's dataflow graph") -> str:
   from ..jaxpr import Lit, fmt_literal
   def atom(x):
     return fmt_literal(x.val) if isinstance(x, Lit) else f"{names[x]}:{x.aval.str_short()}"
@@ -57,7 +57,7 @@ def jaxpr_graph(jaxpr, title: str | None = None, max_eqns: int = 200):
              fillcolor="#d4edda")
   for i, eqn in enumerate(jaxpr.eqns[:max_eqns]):
     node = f"e{i}"
-    label = _eqn_label(eqn, names, var_label)
+    label = eqn_label(eqn, names, var_label)
     g.node(node, label, shape="box", style="rounded,filled", fillcolor="#cfe2ff")
     for x in eqn.inputs:
       if not isinstance(x, Lit) and x in producer:
@@ -74,7 +74,7 @@ def jaxpr_graph(jaxpr, title: str | None = None, max_eqns: int = 200):
              fillcolor="#fff3cd")
       if not isinstance(x, Lit) and x in producer:
         g.edge(producer[x], f"out{k}")
-  g.name = titled(title, _jaxpr_alt(jaxpr, names))   # the names as drawn
+  g.name = titled(title, jaxpr_alt(jaxpr, names))   # the names as drawn
   return g
 
 
@@ -124,7 +124,7 @@ def jaxpr_graph_nested(jaxpr, title: str | None = None, max_eqns: int = 200):
       if outer_inputs is not None and i < len(outer_inputs) and outer_inputs[i] is not None:
         sg.edge(outer_inputs[i], producer[v], style="dashed", color="#888888")
     for eqn in jx.eqns[:max_eqns]:
-      label = _eqn_label(eqn, names, var_label)
+      label = eqn_label(eqn, names, var_label)
       subs = list(sub_jaxprs(eqn))
       node = fresh("e")
       ins = [producer.get(x) if not isinstance(x, Lit) else None for x in eqn.inputs]
@@ -165,5 +165,5 @@ def jaxpr_graph_nested(jaxpr, title: str | None = None, max_eqns: int = 200):
              fillcolor="#fff3cd")
       if src is not None:
         g.edge(src, f"out{k}")
-  g.name = titled(title, _jaxpr_alt(jaxpr, names, kind))   # the names as drawn
+  g.name = titled(title, jaxpr_alt(jaxpr, names, kind))   # the names as drawn
   return g
