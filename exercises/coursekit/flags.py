@@ -157,7 +157,7 @@ def scan(source: str, names: dict | None = None) -> list[str]:
   imports bind (`aliases`), so that an alias from another cell is seen through."""
   found = set()
   python = neutralize(source)
-  if python.splitlines() != source.splitlines():
+  if python != source:
     found.add("uses IPython magics or shell commands")
   try:
     tree = ast.parse(python)

@@ -20,6 +20,7 @@ seed this process learns only when it starts.
 """
 from __future__ import annotations
 
+import ast
 import builtins
 import json
 import os
@@ -27,30 +28,41 @@ import re
 import sys
 import time
 
-_MAGIC_ASSIGN = re.compile(r"^(\s*)([\w., ]+?)\s*=\s*[!%]")
-_HELP = re.compile(r"^[\w.]+\?{1,2}$")
 _WATCHED = ("jax", "jaxlib", "importlib", "ctypes", "gc", "inspect", "coursekit", "subprocess")
+_BODY_MAGICS = ("%%time", "%%timeit", "%%capture")   # cell magics whose body runs as is
+LINE_END = re.compile(r"\r\n|\r|\n")   # Python's own line ends (not str.splitlines's U+2028, ...)
+
+
+def lines(source: str) -> list[str]:
+  """A cell's lines as Python numbers them."""
+  return LINE_END.split(source)
 
 
 def neutralize(source: str) -> str:
-  """Python for a cell written for IPython: magics and shell lines become `pass`."""
-  lines = source.splitlines()
-  if lines and lines[0].lstrip().startswith("%%"):
-    return "pass" if lines[0].split()[0] not in ("%%time", "%%timeit", "%%capture") \
-        else neutralize("\n".join(lines[1:]))
-  out = []
-  for line in lines:
-    stripped = line.lstrip()
-    indent = line[:len(line) - len(stripped)]
-    if stripped.startswith(("%", "!")):
-      out.append(f"{indent}pass")
-    elif (m := _MAGIC_ASSIGN.match(line)):
-      out.append(f"{m.group(1)}{m.group(2)} = None")
-    elif _HELP.match(stripped):   # `obj?` / `obj??`: IPython's help
-      out.append(f"{indent}pass")
-    else:
-      out.append(line)
-  return "\n".join(out)
+  """Python for a cell written for IPython. Python is left as it is; else IPython's own
+  transformer reads the cell's logical lines (`!cmd`, `x = !cmd`, `%magic`, `obj?`) and
+  turns them into calls to `get_ipython()`, which the runner answers with nothing.
+  A `%%time` cell is its body; any other cell magic, none of the cell. Line numbers stay."""
+  try:
+    ast.parse(source)
+    return source
+  except (SyntaxError, ValueError, RecursionError, MemoryError):
+    pass
+  first, *rest = lines(source)
+  if first.lstrip().startswith("%%"):
+    return neutralize("\n".join(["", *rest])) if first.split()[0] in _BODY_MAGICS else "pass"
+  try:
+    from IPython.core.inputtransformer2 import TransformerManager
+    return TransformerManager().transform_cell(source)
+  except Exception:  # noqa: BLE001 (no IPython, or a cell it can't read: Python reports why)
+    return source
+
+
+class _NoShell:
+  """`get_ipython()` in the sandbox: magics and shell commands do nothing and give None."""
+
+  def __getattr__(self, name):
+    return lambda *args, **kwargs: None
 
 
 class _ImportLog:
@@ -97,7 +109,7 @@ def main() -> int:
   from coursekit import answers
   from coursekit import probe as probes
   spec = probes.spec(job["part"], job["exercise"])   # before the learner's code runs
-  ns = {"__name__": "__main__", "__builtins__": builtins}
+  ns = {"__name__": "__main__", "__builtins__": builtins, "get_ipython": _NoShell}
   answers.NAMESPACE = ns
   log = _ImportLog(ns)
   log.install()
