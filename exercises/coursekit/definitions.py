@@ -143,7 +143,7 @@ def _segment(lines: list[str], node) -> str:
                     tail[:node.end_col_offset].decode()])
 
 
-def _source(python: str, chosen: list[ast.stmt]) -> str:
+def only(python: str, chosen: list[ast.stmt]) -> str:
   """The cell's source with only `chosen` statements, each on its own lines."""
   lines = split_lines(python)
   out = [""] * len(lines)
@@ -224,7 +224,7 @@ def select(cells: list[dict], names, exercise: str | None = None) -> list[dict]:
       if (exercise is not None and c.get("exercise") == exercise) or _mentions(c["source"], needed):
         out.append({"kind": "learner", "source": c["source"], "cell": i})
     elif i in by_cell:
-      out.append({"kind": "learner", "source": _source(neutralize(c["source"]), by_cell[i]),
+      out.append({"kind": "learner", "source": only(neutralize(c["source"]), by_cell[i]),
                   "cell": i})
   return out
 

@@ -106,6 +106,8 @@ class _ImportLog:
 def main() -> int:
   job = json.load(sys.stdin)
   out = os.fdopen(int(job["result_fd"]), "w")
+  out.write(json.dumps({"started": True}) + "\n")   # before anything of the learner's runs
+  out.flush()
   from coursekit import answers
   from coursekit import probe as probes
   spec = probes.spec(job["part"], job["exercise"])   # before the learner's code runs
