@@ -98,7 +98,7 @@ def _reads(source: str) -> set:
   """Module-level names that `source` (one statement) reads, in any scope inside it."""
   try:
     top = symtable.symtable(source, "<statement>", "exec")
-  except SyntaxError:
+  except (SyntaxError, RecursionError, MemoryError):
     return set()
   names = {s.get_name() for s in top.get_symbols() if s.is_referenced()}
   stack = list(top.get_children())
@@ -121,7 +121,7 @@ def statements(cell_index: int, source: str) -> list[Statement] | None:
   python = neutralize(source)
   try:
     tree = ast.parse(python)
-  except (SyntaxError, ValueError):
+  except (SyntaxError, ValueError, RecursionError, MemoryError):
     return None
   lines = split_lines(python)
   out = []

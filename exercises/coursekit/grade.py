@@ -140,7 +140,7 @@ def defined_names(nb) -> set[str]:
       continue
     try:
       tree = ast.parse(neutralize(c.get("source", "")))
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
       continue
     for node in tree.body:
       if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -289,9 +289,9 @@ def _additions(cell, stub: Stub) -> list:
   try:
     theirs = ast.parse(neutralize(source))
     ours = {ast.dump(n) for n in ast.parse(neutralize(canon.source)).body}
+    added = [n for n in theirs.body if ast.dump(n) not in ours]
   except (SyntaxError, ValueError, RecursionError, MemoryError):
     return []
-  added = [n for n in theirs.body if ast.dump(n) not in ours]
   if not added:
     return []
   extra = copy.deepcopy(cell)
@@ -392,9 +392,9 @@ class Workspace:
     zipped = self.edition(part, exercise)
 
     def job(result_fd):
-      return json.dumps({"part": part, "exercise": exercise, "seed": seed,
-                         "result_fd": result_fd,
-                         "cells": [[c["kind"], c["source"], c["cell"]] for c in cells]}).encode()
+      return (json.dumps({"part": part, "exercise": exercise, "result_fd": result_fd,
+                          "cells": [[c["kind"], c["source"], c["cell"]] for c in cells]})
+              + "\n" + json.dumps({"seed": seed}) + "\n").encode()
     command = [self.sandbox.python, "-m", "coursekit.runner"]
     if self.sandbox.enabled:
       r = self.sandbox.run(command, job, files={ZIP_INSIDE: zipped},

@@ -2,12 +2,12 @@
 
     python -m coursekit.runner < job.json
 
-The job is `{"part", "exercise", "seed", "result_fd", "cells": [[kind, source, cell], ...]}`:
-the stub's cells and the learner's definitions that the exercise needs
-(`coursekit.definitions`), nothing else of the notebook. This is a fresh
-process: the cells run in order, in one namespace, each to its first error
-(which is recorded and does not stop the next cell); IPython syntax (`%magic`,
-`!shell`) is neutralized, since there is no IPython here. Then the exercise's
+The job is two JSON lines, `{"part", "exercise", "result_fd", "cells": [[kind, source, cell], ...]}`
+then `{"seed"}`. The cells are the stub's cells and the learner's definitions
+that the exercise needs (`coursekit.definitions`), nothing else of the notebook.
+This is a fresh process: the cells run in order, in one namespace, each to its
+first error (which is recorded and does not stop the next cell); IPython syntax
+(`%magic`, `!shell`, read by IPython's own transformer) does nothing here. Then the exercise's
 probe runs on the namespace. The result descriptor (named in the job, never in
 the environment) gets one JSON line per cell as it finishes,
 `{"cell": {"cell", "status", "error", "seconds"}}`, then
@@ -16,7 +16,10 @@ the environment) gets one JSON line per cell as it finishes,
 Nothing here is trusted: the learner's definitions and the answers the probe
 calls run in this process and could change anything in it, the records
 included. The grader decides outside, against the reference's records at a
-seed this process learns only when it starts.
+seed this process reads (the job's second line) only when the cells have run:
+the frames above the learner's cells hold neither the seed nor the probe
+module, whose attributes can't be rebound. That raises the cost of tampering,
+no more (book/instructors.md, the threat model).
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ import os
 import re
 import sys
 import time
+import types
 
 _WATCHED = ("jax", "jaxlib", "importlib", "ctypes", "gc", "inspect", "coursekit", "subprocess")
 _BODY_MAGICS = ("%%time", "%%timeit", "%%capture")   # cell magics whose body runs as is
@@ -103,14 +107,48 @@ class _ImportLog:
     importlib.import_module = logged_import_module
 
 
+class _Sealed(types.ModuleType):
+  """The probe module, once loaded: its attributes can't be rebound or deleted."""
+
+  def __setattr__(self, name, value):
+    raise AttributeError(f"{self.__name__} is the grader's: its attributes can't be rebound")
+
+  def __delattr__(self, name):
+    raise AttributeError(f"{self.__name__} is the grader's: its attributes can't be deleted")
+
+
+def _short(e) -> str:
+  text = " ".join(str(e).split())
+  return text if len(text) <= 600 else text[:599] + "…"
+
+
+def run_cells(cells, ns, send, log, short):
+  """Each cell in `ns`, to its first error. The frames above the learner's code (this one,
+  `main`'s) hold neither the seed, which `main` reads only after, nor the probe."""
+  for kind, source, cell in cells:
+    t0 = time.monotonic()
+    status, error = "ok", None
+    log.active = kind == "learner"
+    try:
+      exec(compile(neutralize(source), f"<cell {cell}>", "exec"), ns)
+    except SyntaxError as e:
+      status, error = "error", f"SyntaxError: {e.msg} (line {e.lineno})"
+    except BaseException as e:  # noqa: BLE001 (SystemExit, KeyboardInterrupt: the cell's own)
+      status, error = "error", f"{type(e).__name__}: {short(e)}"
+    send({"cell": {"cell": cell, "status": status, "error": error,
+                   "seconds": round(time.monotonic() - t0, 3)}})
+
+
 def main() -> int:
-  job = json.load(sys.stdin)
+  job = json.loads(sys.stdin.readline())   # the cells; the seed is on the next line
   out = os.fdopen(int(job["result_fd"]), "w")
   out.write(json.dumps({"started": True}) + "\n")   # before anything of the learner's runs
   out.flush()
   from coursekit import answers
-  from coursekit import probe as probes
-  spec = probes.spec(job["part"], job["exercise"])   # before the learner's code runs
+  from coursekit import probe
+  probe.spec(job["part"], job["exercise"])   # the probe is loaded before the learner's code runs
+  probe.__class__ = _Sealed
+  del probe
   ns = {"__name__": "__main__", "__builtins__": builtins, "get_ipython": _NoShell}
   answers.NAMESPACE = ns
   log = _ImportLog(ns)
@@ -120,22 +158,13 @@ def main() -> int:
     out.write(json.dumps(obj) + "\n")
     out.flush()
 
-  for kind, source, cell in job["cells"]:
-    t0 = time.monotonic()
-    status, error = "ok", None
-    log.active = kind == "learner"
-    try:
-      exec(compile(neutralize(source), f"<cell {cell}>", "exec"), ns)
-    except SyntaxError as e:
-      status, error = "error", f"SyntaxError: {e.msg} (line {e.lineno})"
-    except BaseException as e:  # noqa: BLE001 (SystemExit, KeyboardInterrupt: the cell's own)
-      status, error = "error", f"{type(e).__name__}: {probes.short(e)}"
-    send({"cell": {"cell": cell, "status": status, "error": error,
-                   "seconds": round(time.monotonic() - t0, 3)}})
+  run_cells(job["cells"], ns, send, log, _short)
   sys.stdout.flush()
   log.active = True
   t0 = time.monotonic()
-  records = probes.run(spec, ns, job["seed"])
+  seed = json.loads(sys.stdin.readline())["seed"]
+  probes = sys.modules["coursekit.probe"]
+  records = probes.run(probes.spec(job["part"], job["exercise"]), ns, seed)
   send({"records": records, "imports": sorted(log.found),
         "probe_seconds": round(time.monotonic() - t0, 3)})
   out.close()
