@@ -326,6 +326,7 @@ def clean(text, limit: int = REASON_LIMIT) -> str:
 
 
 WALL_FACTOR = 3   # a run's wall-clock bound, in multiples of its CPU time limit
+STARVED = 0.25    # a run that waited this share of its time for a CPU was starved
 READ_SECONDS, READ_MEMORY_MIB = 60, 4096   # the budget for reading one notebook (`Reader`)
 
 
@@ -355,6 +356,7 @@ class Outcome:
   output_note: str = ""
   started: bool = False          # the runner said it started (else the sandbox itself failed)
   wall: bool = False             # it timed out at the wall-clock bound, not its CPU limit
+  starved: bool = False          # ... after waiting long for a CPU (or on a saturated machine)
 
 
 class Workspace:
@@ -436,6 +438,8 @@ def parse_outcome(r, opts: Options) -> Outcome:
     out.records, out.why = None, "its result was larger than the grader accepts"
   elif r.status == "timeout":
     out.wall = r.wall
+    out.starved = r.wall and (r.waited > STARVED * r.seconds if r.waited is not None
+                              else saturated())
     out.why = (f"it ran past the time limit ({WALL_FACTOR * opts.timeout:g} s of wall-clock time)"
                if r.wall else f"it ran past the time limit ({opts.timeout:g} s of CPU time)")
   elif r.status == "killed":
@@ -734,11 +738,12 @@ class Grader:
     return records
 
   def run(self, part: str, ex: str, cells: list) -> Outcome:
-    """One sandbox run. One that times out at its wall-clock bound while the machine is
-    saturated (so perhaps for want of a CPU) runs again, alone, before that counts."""
+    """One sandbox run. One that times out at its wall-clock bound after waiting long for
+    a CPU (or, where no cgroup tells, while the machine is saturated) runs again, alone,
+    before that counts."""
     with self.gate.shared():
       got = self.ws.run(part, ex, cells, self.opts.seed)
-    if got.wall and saturated():
+    if got.starved:
       with self.gate.alone():
         got = self.ws.run(part, ex, cells, self.opts.seed)
     return got

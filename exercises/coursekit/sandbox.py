@@ -83,6 +83,7 @@ class Result:
   seconds: float = 0.0
   cpu_seconds: float | None = None   # the whole sandbox's CPU time, where a cgroup counts it
   wall: bool = False            # a timeout at the wall-clock bound (not the CPU limit)
+  waited: float | None = None   # seconds its processes waited for a CPU, where a cgroup tells
 
 
 @dataclass
@@ -156,7 +157,7 @@ class Sandbox:
 
   def rlimit_argv(self) -> list[str]:
     lim = self.limits
-    cpu = max(1, math.ceil(lim.cpu_seconds))
+    cpu = math.ceil(lim.cpu_seconds) + 1   # past the whole sandbox's limit, where a cgroup counts it
     args = [self.prlimit, f"--cpu={cpu}:{cpu + 5}",
             f"--fsize={lim.file_mib << 20}", "--core=0"]
     if self.mode == "rlimits":   # no cgroup: per process, and a per-user process count
@@ -224,7 +225,7 @@ class Sandbox:
       proc.stdin.close()
     except (BrokenPipeError, OSError):
       pass
-    status, wall, used = "ok", False, None
+    status, wall, used, waited = "ok", False, None, None
     while True:   # until it ends, its CPU time is spent, or the wall-clock bound
       left = lim.timeout - (time.monotonic() - t0)
       try:
@@ -234,6 +235,7 @@ class Sandbox:
         used = cg.cpu_seconds() if cg else None
         if left <= 0 or (used is not None and used >= lim.cpu_seconds):
           status, wall = "timeout", left <= 0
+          waited = cg.waited() if cg else None
           _kill(proc, cg)
           proc.wait()
           break
@@ -260,7 +262,7 @@ class Sandbox:
     if sig == "SIGXCPU":   # a process reached its CPU seconds (RLIMIT_CPU)
       status = "timeout"
     return Result(status, rc, sig, oom, out.text(), out.total, res.data(), res.truncated,
-                  time.monotonic() - t0, used, wall)
+                  time.monotonic() - t0, used, wall, waited)
 
 
 # A sandbox's descriptors, the same in every run (whatever the grader has open, however
@@ -406,6 +408,18 @@ class _Cgroup:
       return int((self.dirs["cpuacct"] / "cpuacct.usage").read_text()) / 1e9
     except (OSError, ValueError):
       return None
+
+  def waited(self) -> float:
+    """Seconds its live threads have spent runnable but waiting for a CPU (schedstat)."""
+    total = 0
+    for pid in self.procs():
+      try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+          with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+            total += int(f.read().split()[1])
+      except (OSError, ValueError, IndexError):
+        pass
+    return total / 1e9
 
   def procs(self) -> list[int]:
     pids = set()
