@@ -641,8 +641,9 @@ def verdict(p: Parsed, ex: str, got: Outcome, want: list, stub: Stub) -> tuple[s
   syntax = "; ".join(t for i, t in p.syntax if i not in kinds)   # why a name may be missing
   prefix = "; ".join(x for x in (stub_fail, own, syntax) if x)
   prefix = prefix + "; " if prefix else ""
-  if v.todo:   # the stub's own `raise` is no news: say what is missing
-    return "fail", f"{syntax + '; ' if syntax else ''}not done yet: {v.message}", notes
+  if v.todo:   # the stub's own `raise` is no news: say what is missing, and what failed
+    why = "; ".join(x for x in (own, syntax) if x and "NotImplementedError" not in x)
+    return "fail", f"{why + '; ' if why else ''}not done yet: {v.message}", notes
   return "fail", f"{prefix}{v.label}: {v.message}", notes
 
 
