@@ -328,6 +328,7 @@ def clean(text, limit: int = REASON_LIMIT) -> str:
 WALL_FACTOR = 3   # a run's wall-clock bound, in multiples of its CPU time limit
 STARVED = 0.25    # a run that waited this share of its time for a CPU was starved
 READ_SECONDS, READ_MEMORY_MIB = 60, 4096   # the budget for reading one notebook (`Reader`)
+READER_START = 600   # seconds for the reader's worker to start (imports, the stubs)
 
 
 class NotGraded(RuntimeError):
@@ -546,6 +547,7 @@ def _reader_main(conn, folder: str, opts: Options, memory_mib: int):
   sys.modules.setdefault("rfc3987_syntax", None)
   warnings.filterwarnings("ignore", module="nbformat")
   stubs = load_stubs(Path(folder))
+  conn.send("ready")
   while True:
     try:
       sub = conn.recv()
@@ -572,6 +574,8 @@ class Reader:
                             args=(theirs, str(self.folder), self.opts, self.memory_mib))
     self.proc.start()
     theirs.close()
+    if not (self.conn.poll(READER_START) and self.conn.recv() == "ready"):
+      raise EOFError("the reader did not start")
 
   def stop(self):
     if self.proc is not None:
@@ -589,14 +593,13 @@ class Reader:
     except Exception as e:  # noqa: BLE001 (anything a broken file or zip may raise)
       return failed(f"unreadable notebook: {type(e).__name__}: {clean(e, 120)}")
     with self.lock:
-      if self.proc is None:
-        self._start()
       p = None
       try:
+        if self.proc is None:
+          self._start()
         self.conn.send(Submission(sub.label, data, sub.folder))
         if self.conn.poll(self.seconds):
           p = self.conn.recv()
-          why = ""
         else:
           why = f"reading it took more than {self.seconds:g} s"
       except (EOFError, OSError):
