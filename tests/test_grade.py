@@ -189,7 +189,7 @@ def test_reports_are_safe_to_open(runs):
   for r in rows:
     for k, v in r.items():
       assert not v.startswith(("=", "+", "-", "@")), (k, v)
-  assert "'=HYPERLINK(1).ipynb" in text and "student '+cmd|' /C calc'!A0'" in text
+  assert "'=HYPERLINK(1).ipynb" in text and "+cmd|' /C calc'!A0" in text   # in a note
   assert "'=2+5+cmd" in text   # a label forged into the records
   odd = [r for r in rows if r["submission"].startswith("caf")]
   assert {r["submission"] for r in odd} == {"caf\\xe9-\\x1b[31m.ipynb"}

@@ -24,7 +24,7 @@ import re
 import symtable
 from dataclasses import dataclass, field
 
-from .runner import lines as split_lines, neutralize
+from .runner import lines as split_lines, neutralize, parse
 
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.ListComp,
            ast.SetComp, ast.DictComp, ast.GeneratorExp)
@@ -118,11 +118,10 @@ def _span(node) -> tuple[int, int]:
 
 def statements(cell_index: int, source: str) -> list[Statement] | None:
   """The top-level statements of one cell (None if it doesn't parse)."""
-  python = neutralize(source)
-  try:
-    tree = ast.parse(python)
-  except (SyntaxError, ValueError, RecursionError, MemoryError):
+  tree = parse(source)
+  if isinstance(tree, Exception):
     return None
+  python = neutralize(source)
   lines = split_lines(python)
   out = []
   for node in tree.body:
@@ -172,7 +171,8 @@ def _shares_line(lines: list[str], node) -> bool:
       bool(last[:node.col_offset].strip())
 
 
-def select(cells: list[dict], names, exercise: str | None = None) -> list[dict]:
+def select(cells: list[dict], names, exercise: str | None = None,
+           cache: dict | None = None) -> list[dict]:
   """The code to run for an exercise whose probe takes `names`: from a program
   (`[{"kind": "stub"|"learner", "source", "exercise", "after"}]`, as `grade.program`
   gives it), every stub cell whole, and from the learner's cells above the exercise's
@@ -183,13 +183,16 @@ def select(cells: list[dict], names, exercise: str | None = None) -> list[dict]:
 
   A learner cell that doesn't parse is kept whole (it will report its SyntaxError)
   when it is the exercise's own solution cell or looks like it defines a name the
-  exercise needs."""
+  exercise needs. `cache`: a dict shared by the calls for one program's exercises, so
+  that each cell is parsed once."""
+  cache = {} if cache is None else cache
   cells = [{**c, "kind": "later"} if exercise in c.get("after", ()) else c for c in cells]
   parsed = {}
   assigned = set()   # names some statement binds other than by import (so: objects of the notebook)
   for i, c in enumerate(cells):
-    st = statements(i, c["source"])
-    parsed[i] = st
+    if (i, c["source"]) not in cache:
+      cache[i, c["source"]] = statements(i, c["source"])
+    st = parsed[i] = cache[i, c["source"]]
     for s in st or []:
       if not isinstance(s.node, (ast.Import, ast.ImportFrom)):
         assigned |= s.binds

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import ast
 
-from .runner import neutralize
+from .runner import neutralize, parse
 
 JAX = ("jax", "jaxlib", "_jax")   # a name component that reaches JAX
 RISKY = {"importlib": "uses importlib (dynamic imports)", "ctypes": "uses ctypes",
@@ -59,9 +59,8 @@ def aliases(sources) -> dict[str, str]:
   """{name: dotted module path} that the import statements of `sources` bind."""
   out = {}
   for source in sources:
-    try:
-      tree = ast.parse(neutralize(source))
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    tree = parse(source)
+    if isinstance(tree, Exception):
       continue
     for node in ast.walk(tree):
       if isinstance(node, ast.Import):
@@ -192,9 +191,8 @@ def scan(source: str, names: dict | None = None) -> list[str]:
   python = neutralize(source)
   if python != source:
     found.add("uses IPython magics or shell commands")
-  try:
-    tree = ast.parse(python)
-  except (SyntaxError, ValueError, RecursionError, MemoryError):
+  tree = parse(source)
+  if isinstance(tree, Exception):
     return sorted(found)
   s = _Scanner({**(names or {}), **aliases([source])})
   s.scan(tree)

@@ -133,14 +133,13 @@ def load_stubs(folder: Path = EXERCISES) -> dict[str, Stub]:
 
 def defined_names(nb) -> set[str]:
   """Top-level names that a notebook's code cells define (functions, classes, variables)."""
-  from .runner import neutralize
+  from .runner import parse
   names = set()
   for c in nb.get("cells", []):
-    if c.get("cell_type") != "code":
+    if c.get("cell_type") != "code" or not isinstance(c.get("source"), str):
       continue
-    try:
-      tree = ast.parse(neutralize(c.get("source", "")))
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    tree = parse(c["source"])
+    if isinstance(tree, Exception):
       continue
     for node in tree.body:
       if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -285,12 +284,14 @@ def _additions(cell, stub: Stub) -> list:
   source = cell.get("source")
   if canon is None or not isinstance(source, str) or source == canon.source:
     return []
-  from .runner import neutralize
+  from .runner import neutralize, parse
+  theirs, canonical = parse(source), parse(canon.source)
+  if isinstance(theirs, Exception) or isinstance(canonical, Exception):
+    return []
   try:
-    theirs = ast.parse(neutralize(source))
-    ours = {ast.dump(n) for n in ast.parse(neutralize(canon.source)).body}
+    ours = {ast.dump(n) for n in canonical.body}
     added = [n for n in theirs.body if ast.dump(n) not in ours]
-  except (SyntaxError, ValueError, RecursionError, MemoryError):
+  except (RecursionError, MemoryError):
     return []
   if not added:
     return []
@@ -495,8 +496,9 @@ def parse(sub: Submission, stubs: dict[str, Stub], opts: Options) -> Parsed:
     if part is None:
       return Parsed(sub, student, None, notes=[who], failure=note)
     cells = program(nb, stubs[part])
+    cache = {}   # each cell parsed once for all the exercises
     runs = {ex: definitions.select(cells, probes.spec(part, ex).answers
-                                   + probes.spec(part, ex).optional, ex)
+                                   + probes.spec(part, ex).optional, ex, cache)
             for ex in stubs[part].exercises}
   except Exception as e:  # noqa: BLE001 (a grader bug must not stop the batch)
     return Parsed(sub, student, opts.part, notes=[who],
@@ -512,12 +514,11 @@ def parse(sub: Submission, stubs: dict[str, Stub], opts: Options) -> Parsed:
 
 def syntax_error(source: str) -> str:
   """Why a cell isn't Python (after IPython's syntax), or ""."""
-  from .runner import neutralize
-  try:
-    ast.parse(neutralize(source))
-  except SyntaxError as e:
+  from .runner import parse
+  e = parse(source)
+  if isinstance(e, SyntaxError):
     return f"SyntaxError: {e.msg} (line {e.lineno})"
-  except (ValueError, RecursionError, MemoryError) as e:
+  if isinstance(e, Exception):
     return f"{type(e).__name__}: {clean(e, 80)}"
   return ""
 
@@ -525,6 +526,15 @@ def syntax_error(source: str) -> str:
 def read(sub: Submission, stubs: dict[str, Stub], opts: Options) -> Parsed:
   """`parse`, then the review aids (flags, similarity fingerprints): a failure in one of
   those costs the notebook that aid, with a note, never its grade."""
+  from . import runner
+  runner.TREES.clear()   # the trees of this notebook's cells, each parsed once
+  try:
+    return _read(sub, stubs, opts)
+  finally:
+    runner.TREES.clear()
+
+
+def _read(sub: Submission, stubs: dict[str, Stub], opts: Options) -> Parsed:
   p = parse(sub, stubs, opts)
   if p.failure:
     return p

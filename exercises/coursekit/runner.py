@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 import json
 import os
 import re
@@ -42,13 +43,30 @@ def lines(source: str) -> list[str]:
   return LINE_END.split(source)
 
 
+TREES: dict = {}   # source -> its tree, or why it has none: `parse`'s, for one notebook at a time
+
+
+def parse(source: str):
+  """A cell's syntax tree (its IPython syntax read as IPython reads it), or the exception
+  that says why it has none. The grader reads a cell for each exercise and for review:
+  it clears `TREES` for each notebook, so each cell is parsed once."""
+  python = neutralize(source)   # which parses Python once, and keeps its tree
+  if source not in TREES:
+    try:
+      TREES[source] = ast.parse(python)
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
+      TREES[source] = e
+  return TREES[source]
+
+
+@functools.lru_cache(maxsize=256)
 def neutralize(source: str) -> str:
   """Python for a cell written for IPython. Python is left as it is; else IPython's own
   transformer reads the cell's logical lines (`!cmd`, `x = !cmd`, `%magic`, `obj?`) and
   turns them into calls to `get_ipython()`, which the runner answers with nothing.
   A `%%time` cell is its body; any other cell magic, none of the cell. Line numbers stay."""
   try:
-    ast.parse(source)
+    TREES[source] = ast.parse(source)
     return source
   except (SyntaxError, ValueError, RecursionError, MemoryError):
     pass

@@ -19,7 +19,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from .runner import neutralize
+from .runner import neutralize, parse
 
 THRESHOLD = 0.9
 MIN_TOKENS = 12     # shorter answers are too alike by nature
@@ -50,11 +50,8 @@ def _bound_and_docstrings(tree) -> tuple[set, set]:
 def normal_tokens(source: str) -> list[str]:
   """An answer's tokens without comments, docstrings or layout, the names it binds
   renamed in order of first appearance (`v0`, `v1`, ...): linear in its length."""
-  python = neutralize(source)
-  try:
-    bound, docs = _bound_and_docstrings(ast.parse(python))
-  except (SyntaxError, ValueError, RecursionError, MemoryError):
-    bound, docs = set(), set()
+  python, tree = neutralize(source), parse(source)
+  bound, docs = (set(), set()) if isinstance(tree, Exception) else _bound_and_docstrings(tree)
   names, out, previous = {}, [], None
   try:
     for t in tokenize.generate_tokens(io.StringIO(python).readline):
@@ -92,9 +89,8 @@ def unanswered(source: str) -> bool:
   """Whether the code still holds a stub's answer: a function whose body (past its
   docstring) only raises NotImplementedError. Decided on the syntax tree, so a comment
   or a string that mentions it changes nothing."""
-  try:
-    tree = ast.parse(neutralize(source))
-  except (SyntaxError, ValueError, RecursionError, MemoryError):
+  tree = parse(source)
+  if isinstance(tree, Exception):
     return False
   for n in ast.walk(tree):
     if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
