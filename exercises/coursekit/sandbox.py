@@ -18,13 +18,19 @@ Each run gets:
   its /proc/1/cmdline is `bwrap --args 4 -- <command>`; the result channel is a
   pipe whose number the command gets on stdin, not from the environment; and
   every descriptor has the same number in every run (`FD_RESULT`, ...);
-* limits for the sandbox as a whole, from cgroups: memory (tmpfs included) and
-  the number of processes. As root, from the cgroup v1 `memory` and `pids`
-  controllers; otherwise from `systemd-run --user --scope` where a user
-  session has one; else per-process rlimits only (`Sandbox.mode` says which,
-  and the grader's report says so at its top). In every mode, /tmp and
+* limits for the sandbox as a whole, from cgroups: memory (tmpfs included),
+  the number of processes, and CPU (a quota of `cpus` cores, and a share equal
+  to every other sandbox's); its CPU time, all processes together, is counted
+  and ends the run at `cpu_seconds` (the wall clock, `timeout`, is only a
+  generous bound). As root, from the cgroup v1 `memory`, `pids`, `cpu` and
+  `cpuacct` controllers; otherwise from `systemd-run --user --scope` where a
+  user session has one; else per-process rlimits only (`Sandbox.mode` says
+  which, and the grader's report says so at its top). In every mode, /tmp and
   /dev/shm have a size limit, and nothing else is writable;
 * per-process rlimits as well (CPU seconds, file size, no core files);
+* a seccomp filter (`lock_filter`) that denies file locks, leases and file
+  watches: every sandbox sees the same read-only files, and a lock or a watch
+  on one of them would be a channel from one sandbox to another;
 * capped output: at most `output_cap` bytes of stdout+stderr are kept, the rest
   is read and dropped; the result channel (a separate pipe) is capped too.
 
