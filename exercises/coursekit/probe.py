@@ -207,6 +207,24 @@ def run(spec: Spec, namespace: dict, seed: int) -> list[dict]:
 # --- Comparing -----------------------------------------------------------------------------
 
 ULPS = 8   # values of a float dtype agree to at least this many units in the last place
+SPECIAL = ("nan", "inf", "-inf")   # how `encode` writes non-finite floats
+
+
+def malformed(v: dict) -> str:
+  """Why an array record (from an untrusted run) is not one `encode` could have written:
+  its shape is a list of sizes, its data has exactly as many items as the shape says, and
+  each is a number or one of the encoder's special values. "" when it is well formed."""
+  shape, data = v.get("shape"), v.get("data")
+  if not isinstance(shape, list) or not all(type(n) is int and 0 <= n < 2**40 for n in shape):
+    return "an array record whose shape is not a list of sizes"
+  if not isinstance(data, list) or len(data) != math.prod(shape):
+    return (f"an array record of shape {tuple(shape)} with "
+            f"{len(data) if isinstance(data, list) else 'no'} items")
+  if not all(type(x) in (int, float, bool, complex) or x in SPECIAL for x in data):
+    return "an array record with items that are not numbers"
+  if type(v.get("dtype")) is not str:
+    return "an array record without a dtype"
+  return ""
 
 
 def _values_close(got, want, rtol, atol) -> bool:
@@ -366,6 +384,8 @@ def diff(got: dict, want: dict, rtol, atol, dtype=True) -> str | None:
   if kg != kw:
     return f"expected {describe(want)}, got {describe(got)}"
   if kw == "array":
+    if (bad := malformed(got)):
+      return f"expected {describe(want)}, got {bad}"
     if got["shape"] != want["shape"]:
       g = np.array([_number(x) for x in got["data"]], dtype=np.float64).reshape(got["shape"])
       w = np.array([_number(x) for x in want["data"]], dtype=np.float64).reshape(want["shape"])
