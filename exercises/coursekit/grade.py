@@ -67,6 +67,7 @@ from .stubs import EXERCISES, SOURCE, read_source
 from .submissions import Submission, collect, printable, read_notebook, student_of  # noqa: F401
 
 REASON_LIMIT = 300
+DETAIL_LIMIT = 4000   # characters of a failure's full text, for the feedback
 ZIP_INSIDE = "/opt/autodidax/site.zip"   # where a sandbox finds the edition and the runner
 
 
@@ -400,7 +401,26 @@ def row(sub, student, part, exercise, status, reason="", notes=(), max_points=0.
   return dict(student=clean(student, 80), part=clean(part, 40), exercise=clean(exercise, 20),
               points=f"{points:g}", max_points=f"{max_points:g}", status=status,
               reason=clean(reason), notes=clean("; ".join(n for n in notes if n), 2 * REASON_LIMIT),
-              submission=clean(sub.label, 2 * REASON_LIMIT))
+              submission=clean(sub.label, 2 * REASON_LIMIT), detail=detail(reason))
+
+
+def detail(reason) -> str:
+  """The reason in full, its lines kept, as the check cell prints it (for the feedback;
+  not a column of grades.csv)."""
+  lines = [HEX.sub("0x…", printable(line.rstrip())) for line in str(reason).splitlines()]
+  return "\n".join(lines)[:DETAIL_LIMIT]
+
+
+def left_out(p) -> list[str]:
+  """A note naming the learner's cells with code that no answer needs (they didn't run)."""
+  used = {c["cell"] for cells in p.runs.values() for c in cells}
+  idle = [i + 1 for i, c in enumerate(p.cells)
+          if c["kind"] == "learner" and c["source"].strip() and i not in used]
+  if not idle:
+    return []
+  which = ", ".join(map(str, idle[:20])) + (", ..." if len(idle) > 20 else "")
+  return [f"cell{'s' * (len(idle) > 1)} {which} of your notebook did not run when graded: "
+          "no answer needs what they define"]
 
 
 @dataclass
@@ -537,8 +557,8 @@ class Grader:
     except Exception as e:  # noqa: BLE001 (a grader bug must not stop the batch)
       status, reason, notes = "fail", f"grader error: {type(e).__name__}: {e}", []
     flags = [f"review: {', '.join(p.flags)}"] if p.flags else []
-    return row(p.sub, p.student, p.part, ex, status, reason, p.notes + flags + notes,
-               stub.points[ex])
+    return dict(row(p.sub, p.student, p.part, ex, status, reason, p.notes + flags + notes,
+                    stub.points[ex]), left_out=left_out(p))
 
   def failure_rows(self, p: Parsed) -> list[dict]:
     stub = self.stubs.get(p.part) if p.part else None
@@ -632,9 +652,29 @@ def peak_memory_mb() -> float:
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def content_hash(sub: Submission) -> str:
+  try:
+    return hashlib.sha256(sub.load()).hexdigest()
+  except Exception:  # noqa: BLE001 (an unreadable file: parse says why)
+    return ""
+
+
+def grader_version() -> str:
+  """What decides a grade besides the notebook and the seed: the grader's code and the
+  library's (a notebook is graded again when either changed)."""
+  return f"{kit_hash()}-{fingerprint(LIB)[:16]}"
+
+
+def by_submission(rows) -> dict[str, list[dict]]:
+  out: dict[str, list[dict]] = {}
+  for r in rows:
+    out.setdefault(r["submission"], []).append(r)
+  return out
+
+
 def main(argv=None) -> int:
   from tqdm import tqdm
-  from . import report
+  from . import feedback, gradebook, report
   ap = argparse.ArgumentParser(prog="python -m coursekit.grade",
                                description="Grade submitted exercise notebooks.",
                                epilog="Rules and details: book/instructors.md and this module's docstring.")
@@ -657,6 +697,14 @@ def main(argv=None) -> int:
                   "(the report says so at its top)")
   ap.add_argument("--exercises", type=Path, default=EXERCISES,
                   help="folder of the stub notebooks (default: this repo's exercises/)")
+  ap.add_argument("--feedback", choices=feedback.LEVELS, default="all",
+                  help="feedback pages for the learners, OUT/feedback/<student>/<chapter>.html "
+                  "and OUT/feedback.zip: every exercise (all, default), the failed ones "
+                  "(failures), or none")
+  ap.add_argument("--gradebook", type=Path, help="the SQLite gradebook that keeps every run "
+                  "(default: OUT/gradebook.sqlite); 'none' keeps nothing")
+  ap.add_argument("--regrade", action="store_true", help="grade every notebook again, even "
+                  "one the gradebook holds with the same content, seed and grader")
   args = ap.parse_args(argv)
   sys.modules.setdefault("rfc3987_syntax", None)   # nbformat's jsonschema: skip a slow import
   warnings.filterwarnings("ignore", module="nbformat")   # old notebooks: no cell ids, ...
@@ -675,6 +723,20 @@ def main(argv=None) -> int:
   seed = args.seed if args.seed is not None else probes.SHIPPED_SEED + 1 + secrets.randbelow(2**31 - 2)
   opts = Options(timeout=args.timeout, memory_mib=args.memory, part=args.part, seed=seed,
                  sandbox=not args.no_sandbox)
+  book_path = args.gradebook or args.out / "gradebook.sqlite"
+  try:
+    book = None if str(book_path) == "none" else gradebook.Gradebook(book_path)
+  except gradebook.GradebookError as e:
+    print(f"error: {printable(e)}", file=sys.stderr)
+    return 1
+  version, digests, reused = grader_version(), {}, []
+  for sub in list(subs):   # what the gradebook holds at this seed is not graded again
+    digests[clean(sub.label, 2 * REASON_LIMIT)] = digest = content_hash(sub)
+    old = book and not args.regrade and book.seen(clean(sub.label, 2 * REASON_LIMIT), digest,
+                                                  seed, version)
+    if old:
+      reused += old
+      subs.remove(sub)
   try:
     grader = Grader(stubs, opts)
   except SandboxUnavailable as e:
@@ -698,8 +760,12 @@ def main(argv=None) -> int:
     bar.close()
     grader.close()
   elapsed = time.monotonic() - t0
+  if book:
+    for label, group in by_submission(rows).items():
+      book.record(group, digests.get(label, ""), seed, version)
+    book.close()
 
-  rows = report.sort_rows(rows, stubs)
+  rows = report.sort_rows(rows + reused, stubs)
   similar = similarity.pairs(grader.signatures)
   meta = {"seed": seed, "sandbox": mode_text(grader.ws.sandbox.mode),
           "limits": f"{opts.timeout:g} s, {opts.memory_mib} MiB and {opts.pids} processes per "
@@ -707,8 +773,15 @@ def main(argv=None) -> int:
           "unsafe": not opts.sandbox}
   args.out.mkdir(parents=True, exist_ok=True)
   csv_path, html_path = report.write(rows, stubs, args.out, meta, similar)
+  pages = feedback.write(rows, stubs, args.out / "feedback", args.feedback)
   print(report.tables(rows, stubs))
-  print(report.one_line(rows, len(subs), elapsed, csv_path, html_path))
+  print(report.one_line(rows, len(digests), elapsed, csv_path, html_path))
+  if reused:
+    print(f"{len(by_submission(reused))} notebooks unchanged since {book_path} graded them at "
+          "this seed: not graded again (--regrade forces it)")
+  if pages:
+    print(f"feedback: {len(pages)} pages in {args.out / 'feedback'}, all in "
+          f"{args.out / 'feedback.zip'}")
   print(f"seed {seed} ({mode_text(grader.ws.sandbox.mode)}); the grader's peak memory "
         f"{peak_memory_mb():.0f} MB")
   return 0
