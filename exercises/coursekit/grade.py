@@ -760,7 +760,8 @@ def main(argv=None) -> int:
     bar.close()
     grader.close()
   elapsed = time.monotonic() - t0
-  if book:
+  rows = report.sort_rows(rows, stubs)
+  if book:   # in file order, so that the latest of a student's files is the last recorded
     for label, group in by_submission(rows).items():
       book.record(group, digests.get(label, ""), seed, version)
     book.close()
