@@ -5,7 +5,10 @@
     make grade SUBMISSIONS=dir-or-zip [GRADES=outdir]
 
 SUBMISSIONS is a folder or a .zip of notebooks (`.ipynb`, any case), any number per student,
-for any chapter. Writes `grades.csv` and `grades.html` into `--out` (default `grades/`).
+for any chapter. Writes `grades.csv` and `grades.html` into `--out` (default `grades/`), the
+learners' pages `feedback/<student>/<chapter>.html` and `feedback.zip` (`coursekit.feedback`),
+and records the run in the gradebook, `gradebook.sqlite` (`coursekit.gradebook`), which
+also spares a notebook graded before at the same seed.
 
 How a notebook is graded (the instructor guide has the threat model):
 
@@ -729,14 +732,14 @@ def main(argv=None) -> int:
   except gradebook.GradebookError as e:
     print(f"error: {printable(e)}", file=sys.stderr)
     return 1
-  version, digests, reused = grader_version(), {}, []
-  for sub in list(subs):   # what the gradebook holds at this seed is not graded again
-    digests[clean(sub.label, 2 * REASON_LIMIT)] = digest = content_hash(sub)
-    old = book and not args.regrade and book.seen(clean(sub.label, 2 * REASON_LIMIT), digest,
-                                                  seed, version)
-    if old:
-      reused += old
-      subs.remove(sub)
+  version, digests, reused, fresh = grader_version(), {}, [], []
+  for sub in subs:   # what the gradebook holds at this seed is not graded again
+    label = clean(sub.label, 2 * REASON_LIMIT)
+    digests[label] = content_hash(sub)
+    old = book and not args.regrade and book.seen(label, digests[label], seed, version)
+    reused += old or []
+    fresh += [] if old else [sub]
+  subs = fresh
   try:
     grader = Grader(stubs, opts)
   except SandboxUnavailable as e:

@@ -7,8 +7,9 @@
 `build` writes the zip that Gradescope's "Configure Autograder" page takes: `setup.sh`
 (run once when Gradescope builds the image: bubblewrap, Python 3.11 or newer, the course
 package and the grader's pinned dependencies), `run_autograder` (run for each submission),
-and the course itself under `source/` (the library, the exercises, their stubs, sources
-and probes: Gradescope keeps the autograder out of the students' sight).
+and the course itself (the library, the exercises, their stubs, sources and probes:
+Gradescope keeps the autograder out of the students' sight). Gradescope unpacks the zip
+into `/autograder/source` and copies `run_autograder` to `/autograder`.
 
 `run` grades `ROOT/submission/*.ipynb` with the same grader and sandbox as `make grade`,
 at a fresh seed, and writes `ROOT/results/results.json` as Gradescope's autograder
@@ -76,7 +77,8 @@ def requirements() -> str:
 
 def build(out: Path, visibility: str = "after_published", timeout: float = 60,
           memory: int = 2048) -> Path:
-  """The autograder zip: setup.sh and run_autograder at its top, the course in source/."""
+  """The autograder zip: setup.sh, run_autograder and the course, all at its top (Gradescope
+  unpacks it into /autograder/source and copies run_autograder to /autograder)."""
   out.parent.mkdir(parents=True, exist_ok=True)
   files = [p for name in CONTENTS for p in ((REPO / name).rglob("*") if (REPO / name).is_dir()
                                             else [REPO / name])
@@ -91,10 +93,10 @@ def build(out: Path, visibility: str = "after_published", timeout: float = 60,
   with zipfile.ZipFile(out, "w") as z:
     put(z, "setup.sh", SETUP, 0o755)
     put(z, "run_autograder", RUN, 0o755)
-    put(z, "source/requirements-grader.txt", requirements())
-    put(z, "source/gradescope.json", json.dumps(config, indent=1) + "\n")
+    put(z, "requirements-grader.txt", requirements())
+    put(z, "gradescope.json", json.dumps(config, indent=1) + "\n")
     for p in sorted(files):
-      put(z, f"source/{p.relative_to(REPO).as_posix()}", p.read_bytes())
+      put(z, p.relative_to(REPO).as_posix(), p.read_bytes())
   return out
 
 
