@@ -193,3 +193,28 @@ def test_exports_match_the_roster_and_neutralise_formulas(tmp_path):
   plain = list(csv.reader(exports.plain(chapters, table, roster, tmp_path / "p.csv").open()))
   assert [r[0] for r in plain[1:]] == ["ana", "'=2+5", "dora", "ghost"]   # nobody dropped
   assert plain[2][-1] == "3" and plain[3][-3:] == ["", "", ""]
+
+
+def test_grading_with_a_corrupt_gradebook_stops_before_grading(tmp_path):
+  (tmp_path / "subs").mkdir()
+  nbformat.write(F.solutions(), tmp_path / "subs" / "ana.ipynb")
+  book = tmp_path / "gradebook.sqlite"
+  book.write_bytes(b"\x00garbage" * 512)
+  p = subprocess.run([sys.executable, "-m", "coursekit.grade", str(tmp_path / "subs"), "--out",
+                      str(tmp_path / "out"), "--seed", "3", "--gradebook", str(book)],
+                     cwd=ROOT, capture_output=True, text=True, timeout=300)
+  assert p.returncode == 1 and "not a gradebook this grader can read" in p.stderr
+  assert book.read_bytes() == b"\x00garbage" * 512
+  assert not (tmp_path / "out" / "grades.csv").exists()
+
+
+def test_a_refused_file_keeps_its_bytes(tmp_path):
+  for name, setup in (("other", "CREATE TABLE mine(x)"),
+                      ("newer", f"PRAGMA user_version = {gradebook.VERSION + 1}")):
+    path = tmp_path / f"{name}.sqlite"
+    with sqlite3.connect(path) as db:
+      db.execute(setup)
+    before = path.read_bytes()
+    with pytest.raises(GradebookError):
+      Gradebook(path)
+    assert path.read_bytes() == before, name

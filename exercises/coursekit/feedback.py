@@ -100,9 +100,11 @@ def learner_notes(r: dict) -> list[str]:
   return notes + list(r.get("left_out", ()))
 
 
-def page(student: str, part: str, rows: list[dict], stub, level: str, site=None) -> str:
-  """The feedback page of one learner for one chapter, from their rows only."""
-  info = statements(stub, site) if stub else {}
+def page(student: str, part: str, rows: list[dict], stub, level: str, site=None,
+         info=None) -> str:
+  """The feedback page of one learner for one chapter, from their rows only (`info`:
+  the chapter's `statements`, when the caller has them)."""
+  info = info if info is not None else statements(stub, site) if stub else {}
   exercises = stub.exercises if stub else sorted({r["exercise"] for r in rows})
   subs = sorted({r["submission"] for r in rows})
   h = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
@@ -159,12 +161,14 @@ def write(rows: list[dict], stubs: dict, out: Path, level: str = "all",
   groups = defaultdict(list)
   for r in rows:
     groups[r["student"], r["part"]].append(r)
+  site = site if site is not None else site_url()
+  info = {part: statements(stubs[part], site) for _, part in groups if part in stubs}
   folders, paths = {}, []
   for (student, part), prows in sorted(groups.items()):
     folder = folders.setdefault(student, _unique(file_name(student), set(folders.values())))
     path = out / folder / f"{file_name(part)}.html"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(page(student, part, prows, stubs.get(part), level, site),
+    path.write_text(page(student, part, prows, stubs.get(part), level, site, info.get(part, {})),
                     encoding="utf-8", errors="backslashreplace")
     paths.append(path)
   with zipfile.ZipFile(out.with_name(out.name + ".zip"), "w", zipfile.ZIP_DEFLATED) as z:
