@@ -100,3 +100,14 @@ def test_a_feedback_page_reads_well_and_runs_no_script(tmp_path, stubs, width):
     assert size >= 12
     page.screenshot(path=str(tmp_path / f"feedback-{width}.png"), full_page=True)
     browser.close()
+
+
+def test_names_that_collide_as_files_get_their_own_folders(tmp_path, stubs):
+  everyone = rows("Ana", "Ana/p1.ipynb") + rows("ana", "ana/p1.ipynb") + rows("a/na", "x.ipynb")
+  paths = feedback.write(everyone, stubs, tmp_path / "feedback", "all")
+  assert len({p.parent.name.lower() for p in paths}) == 3
+  stale = tmp_path / "feedback" / "gone" / "part1.html"
+  stale.parent.mkdir()
+  stale.write_text("an earlier run's page")
+  feedback.write(everyone, stubs, tmp_path / "feedback", "all")
+  assert not stale.exists()

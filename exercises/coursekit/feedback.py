@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 import re
+import shutil
 import zipfile
 from collections import defaultdict
 from pathlib import Path
@@ -163,23 +164,28 @@ def write(rows: list[dict], stubs: dict, out: Path, level: str = "all",
     groups[r["student"], r["part"]].append(r)
   site = site if site is not None else site_url()
   info = {part: statements(stubs[part], site) for _, part in groups if part in stubs}
-  folders, paths = {}, []
+  shutil.rmtree(out, ignore_errors=True)   # no page of an earlier run stays behind
+  folders, taken, paths = {}, set(), []
   for (student, part), prows in sorted(groups.items()):
-    folder = folders.setdefault(student, _unique(file_name(student), set(folders.values())))
-    path = out / folder / f"{file_name(part)}.html"
+    if student not in folders:
+      folders[student] = _unique(file_name(student), taken)
+      taken.add(folders[student].lower())
+    path = out / folders[student] / f"{file_name(part)}.html"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(page(student, part, prows, stubs.get(part), level, site, info.get(part, {})),
                     encoding="utf-8", errors="backslashreplace")
     paths.append(path)
   with zipfile.ZipFile(out.with_name(out.name + ".zip"), "w", zipfile.ZIP_DEFLATED) as z:
     for p in paths:
-      info = zipfile.ZipInfo(str(p.relative_to(out.parent)), date_time=(1980, 1, 1, 0, 0, 0))
-      z.writestr(info, p.read_bytes(), zipfile.ZIP_DEFLATED)
+      entry = zipfile.ZipInfo(str(p.relative_to(out.parent)), date_time=(1980, 1, 1, 0, 0, 0))
+      z.writestr(entry, p.read_bytes(), zipfile.ZIP_DEFLATED)
   return paths
 
 
 def _unique(name: str, taken: set) -> str:
-  """Two learners whose names give the same file name get their own folders."""
-  if name not in taken:
+  """Two learners whose names give the same file name (`taken`: lowercased, for file
+  systems that ignore case) get their own folders."""
+  if name.lower() not in taken:
     return name
-  return next(f"{name}-{n}" for n in range(2, len(taken) + 3) if f"{name}-{n}" not in taken)
+  return next(f"{name}-{n}" for n in range(2, len(taken) + 3)
+              if f"{name}-{n}".lower() not in taken)

@@ -744,6 +744,8 @@ def main(argv=None) -> int:
     grader = Grader(stubs, opts)
   except SandboxUnavailable as e:
     print(f"error: can't grade in a sandbox: {e}", file=sys.stderr)
+    if book:
+      book.close()
     return 2
   t0 = time.monotonic()
   bar = tqdm(total=0, unit="check", file=sys.stderr,
@@ -758,6 +760,8 @@ def main(argv=None) -> int:
     rows = grader.grade(subs, args.jobs, on_parsed=parsed)
   except SandboxUnavailable as e:
     print(f"error: {e}", file=sys.stderr)
+    if book:
+      book.close()
     return 2
   finally:
     bar.close()

@@ -100,10 +100,10 @@ def build(out: Path, visibility: str = "after_published", timeout: float = 60,
   return out
 
 
-def test_of(r: dict, stub, visibility: str) -> dict:
-  """One exercise's Gradescope test, in the feedback pages' words."""
-  info = feedback.statements(stub).get(r["exercise"], ("", "", None, "")) if stub else \
-      ("", "", None, "")
+def test_of(r: dict, statements: dict, visibility: str) -> dict:
+  """One exercise's Gradescope test, in the feedback pages' words (`statements`: its
+  chapter's, from `feedback.statements`)."""
+  info = statements.get(r["exercise"], ("", "", None, ""))
   title = info[0]
   out = "All checks passed." if r["status"] == "pass" else feedback.failure_text(r, info)
   return {"name": f"{r['part']} {r['exercise']}" + (f": {title}" if title else ""),
@@ -113,7 +113,8 @@ def test_of(r: dict, stub, visibility: str) -> dict:
 
 
 def results(rows: list[dict], stubs: dict, visibility: str) -> dict:
-  tests = [test_of(r, stubs.get(r["part"]), visibility) for r in rows]
+  info = {p: feedback.statements(stubs[p]) for p in {r["part"] for r in rows} if p in stubs}
+  tests = [test_of(r, info.get(r["part"], {}), visibility) for r in rows]
   notes = sorted({n for r in rows for n in feedback.learner_notes(r)})
   return {"score": sum(t["score"] for t in tests), "visibility": visibility,
           "stdout_visibility": "hidden", "tests": tests,
