@@ -218,8 +218,11 @@ def test_submissions_course_and_outputs_untouched(runs):
   assert runs["before"] == runs["after"]           # every submission file, hashed on disk
   assert runs["course"][0] == runs["course"][1]    # the course the vandal aimed at
   for out in runs["outs"].values():
-    assert sorted(p.name for p in out.iterdir()) == ["grades.csv", "grades.html"]
+    assert sorted(p.name for p in out.iterdir()) == ["feedback", "feedback.zip",
+                                                     "gradebook.sqlite", "grades.csv",
+                                                     "grades.html"]
     assert "hacked" not in (out / "grades.csv").read_text()
+    assert not any("hacked" in p.read_text() for p in (out / "feedback").rglob("*.html"))
 
 
 @needs_bwrap

@@ -5,7 +5,10 @@
     make grade SUBMISSIONS=dir-or-zip [GRADES=outdir]
 
 SUBMISSIONS is a folder or a .zip of notebooks (`.ipynb`, any case), any number per student,
-for any chapter. Writes `grades.csv` and `grades.html` into `--out` (default `grades/`).
+for any chapter. Writes `grades.csv` and `grades.html` into `--out` (default `grades/`), the
+learners' pages `feedback/<student>/<chapter>.html` and `feedback.zip` (`coursekit.feedback`),
+and records the run in the gradebook, `gradebook.sqlite` (`coursekit.gradebook`), which
+also spares a notebook graded before at the same seed.
 
 How a notebook is graded (the instructor guide has the threat model):
 
@@ -73,6 +76,7 @@ from .stubs import EXERCISES, SOURCE, read_source
 from .submissions import Submission, collect, printable, read_notebook, student_of  # noqa: F401
 
 REASON_LIMIT = 300
+DETAIL_LIMIT = 4000   # characters of a failure's full text, for the feedback
 ZIP_INSIDE = "/opt/autodidax/site.zip"   # where a sandbox finds the edition and the runner
 
 
@@ -463,7 +467,26 @@ def row(sub, student, part, exercise, status, reason="", notes=(), max_points=0.
   return dict(student=clean(student, 80), part=clean(part, 40), exercise=clean(exercise, 20),
               points=f"{points:g}", max_points=f"{max_points:g}", status=status,
               reason=clean(reason), notes=clean("; ".join(n for n in notes if n), 2 * REASON_LIMIT),
-              submission=clean(sub.label, 2 * REASON_LIMIT))
+              submission=clean(sub.label, 2 * REASON_LIMIT), detail=detail(reason))
+
+
+def detail(reason) -> str:
+  """The reason in full, its lines kept, as the check cell prints it (for the feedback;
+  not a column of grades.csv)."""
+  lines = [HEX.sub("0x…", printable(line.rstrip())) for line in str(reason).splitlines()]
+  return "\n".join(lines)[:DETAIL_LIMIT]
+
+
+def left_out(p) -> list[str]:
+  """A note naming the learner's cells with code that no answer needs (they didn't run)."""
+  used = {c["cell"] for cells in p.runs.values() for c in cells}
+  idle = [i + 1 for i, c in enumerate(p.cells)
+          if c["kind"] == "learner" and c["source"].strip() and i not in used]
+  if not idle:
+    return []
+  which = ", ".join(map(str, idle[:20])) + (", ..." if len(idle) > 20 else "")
+  return [f"cell{'s' * (len(idle) > 1)} {which} of your notebook did not run when graded: "
+          "no answer needs what they define"]
 
 
 @dataclass
@@ -778,8 +801,8 @@ class Grader:
       return not_graded(p, ex, str(e), stub.points[ex])
     except Exception as e:  # noqa: BLE001 (a grader bug must not stop the batch)
       status, reason, notes = "fail", f"grader error: {type(e).__name__}: {e}", []
-    return row(p.sub, p.student, p.part, ex, status, reason, p.notes + flags + notes,
-               stub.points[ex])
+    return dict(row(p.sub, p.student, p.part, ex, status, reason, p.notes + flags + notes,
+                    stub.points[ex]), left_out=left_out(p))
 
   def grade_submission(self, p: Parsed) -> list[dict]:
     """The rows of one read submission (`Reader.read`): its exercises one after another,
@@ -871,9 +894,29 @@ def peak_memory_mb() -> float:
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def content_hash(sub: Submission) -> str:
+  try:
+    return hashlib.sha256(sub.load()).hexdigest()
+  except Exception:  # noqa: BLE001 (an unreadable file: parse says why)
+    return ""
+
+
+def grader_version() -> str:
+  """What decides a grade besides the notebook and the seed: the grader's code and the
+  library's (a notebook is graded again when either changed)."""
+  return f"{kit_hash()}-{fingerprint(LIB)[:16]}"
+
+
+def by_submission(rows) -> dict[str, list[dict]]:
+  out: dict[str, list[dict]] = {}
+  for r in rows:
+    out.setdefault(r["submission"], []).append(r)
+  return out
+
+
 def main(argv=None) -> int:
   from tqdm import tqdm
-  from . import report
+  from . import feedback, gradebook, report
   ap = argparse.ArgumentParser(prog="python -m coursekit.grade",
                                description="Grade submitted exercise notebooks.",
                                epilog="Rules and details: book/instructors.md and this module's docstring.")
@@ -896,6 +939,14 @@ def main(argv=None) -> int:
                   "(the report says so at its top)")
   ap.add_argument("--exercises", type=Path, default=EXERCISES,
                   help="folder of the stub notebooks (default: this repo's exercises/)")
+  ap.add_argument("--feedback", choices=feedback.LEVELS, default="all",
+                  help="feedback pages for the learners, OUT/feedback/<student>/<chapter>.html "
+                  "and OUT/feedback.zip: every exercise (all, default), the failed ones "
+                  "(failures), or none")
+  ap.add_argument("--gradebook", type=Path, help="the SQLite gradebook that keeps every run "
+                  "(default: OUT/gradebook.sqlite); 'none' keeps nothing")
+  ap.add_argument("--regrade", action="store_true", help="grade every notebook again, even "
+                  "one the gradebook holds with the same content, seed and grader")
   args = ap.parse_args(argv)
   sys.modules.setdefault("rfc3987_syntax", None)   # nbformat's jsonschema: skip a slow import
   warnings.filterwarnings("ignore", module="nbformat")   # old notebooks: no cell ids, ...
@@ -914,10 +965,26 @@ def main(argv=None) -> int:
   seed = args.seed if args.seed is not None else probes.SHIPPED_SEED + 1 + secrets.randbelow(2**31 - 2)
   opts = Options(timeout=args.timeout, memory_mib=args.memory, part=args.part, seed=seed,
                  sandbox=not args.no_sandbox)
+  book_path = args.gradebook or args.out / "gradebook.sqlite"
+  try:
+    book = None if str(book_path) == "none" else gradebook.Gradebook(book_path)
+  except gradebook.GradebookError as e:
+    print(f"error: {printable(e)}", file=sys.stderr)
+    return 1
+  version, digests, reused, fresh = grader_version(), {}, [], []
+  for sub in subs:   # what the gradebook holds at this seed is not graded again
+    label = clean(sub.label, 2 * REASON_LIMIT)
+    digests[label] = content_hash(sub)
+    old = book and not args.regrade and book.seen(label, digests[label], seed, version)
+    reused += old or []
+    fresh += [] if old else [sub]
+  subs = fresh
   try:
     grader = Grader(stubs, opts, folder=args.exercises)
   except SandboxUnavailable as e:
     print(f"error: can't grade in a sandbox: {e}", file=sys.stderr)
+    if book:
+      book.close()
     return 2
   t0 = time.monotonic()
   bar = tqdm(total=0, unit="check", file=sys.stderr,
@@ -932,13 +999,21 @@ def main(argv=None) -> int:
     rows = grader.grade(subs, args.jobs, on_parsed=parsed)
   except SandboxUnavailable as e:
     print(f"error: {e}", file=sys.stderr)
+    if book:
+      book.close()
     return 2
   finally:
     bar.close()
     grader.close()
   elapsed = time.monotonic() - t0
-
   rows = report.sort_rows(rows, stubs)
+  if book:   # in file order, so that the latest of a student's files is the last recorded
+    for label, group in by_submission(rows).items():
+      if all(r["status"] != "not graded" for r in group):   # a rerun grades the rest
+        book.record(group, digests.get(label, ""), seed, version)
+    book.close()
+
+  rows = report.sort_rows(rows + reused, stubs)
   similar = similarity.pairs(grader.signatures)
   meta = {"seed": seed, "sandbox": mode_text(grader.ws.sandbox.mode),
           "limits": f"{opts.timeout:g} s of CPU time ({WALL_FACTOR * opts.timeout:g} s of "
@@ -947,8 +1022,15 @@ def main(argv=None) -> int:
           "unsafe": not opts.sandbox}
   args.out.mkdir(parents=True, exist_ok=True)
   csv_path, html_path = report.write(rows, stubs, args.out, meta, similar)
+  pages = feedback.write(rows, stubs, args.out / "feedback", args.feedback)
   print(report.tables(rows, stubs))
-  print(report.one_line(rows, len(subs), elapsed, csv_path, html_path))
+  print(report.one_line(rows, len(digests), elapsed, csv_path, html_path))
+  if reused:
+    print(f"{len(by_submission(reused))} notebooks unchanged since {book_path} graded them at "
+          "this seed: not graded again (--regrade forces it)")
+  if pages:
+    print(f"feedback: {len(pages)} pages in {args.out / 'feedback'}, all in "
+          f"{args.out / 'feedback.zip'}")
   print(f"seed {seed} ({mode_text(grader.ws.sandbox.mode)}); the grader's peak memory "
         f"{peak_memory_mb():.0f} MB")
   if grader.broken:   # fail closed: rows that say "not graded", and a non-zero exit
