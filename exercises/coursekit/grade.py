@@ -1,7 +1,7 @@
 """Grade submitted exercise notebooks.
 
     python -m coursekit.grade SUBMISSIONS [--out DIR] [--jobs N] [--part NAME] [--seed N]
-                              [--timeout S] [--memory MIB] [--no-sandbox]
+                              [--timeout S] [--memory MIB] [--no-sandbox] [--cluster ADDRESS]
     make grade SUBMISSIONS=dir-or-zip [GRADES=outdir]
 
 SUBMISSIONS is a folder or a .zip of notebooks (`.ipynb`, any case), any number per student,
@@ -655,6 +655,9 @@ def main(argv=None) -> int:
   ap.add_argument("--no-sandbox", action="store_true",
                   help="run notebooks without bubblewrap: ONLY for trusted notebooks "
                   "(the report says so at its top)")
+  ap.add_argument("--cluster", metavar="ADDRESS",
+                  help="grade on a Dask cluster: a scheduler's address (tcp://head:8786) or "
+                  "local:N, N worker processes here (coursekit.cluster)")
   ap.add_argument("--exercises", type=Path, default=EXERCISES,
                   help="folder of the stub notebooks (default: this repo's exercises/)")
   args = ap.parse_args(argv)
@@ -676,10 +679,19 @@ def main(argv=None) -> int:
   opts = Options(timeout=args.timeout, memory_mib=args.memory, part=args.part, seed=seed,
                  sandbox=not args.no_sandbox)
   try:
-    grader = Grader(stubs, opts)
+    if args.cluster:   # the only import of Dask
+      from .cluster import ClusterGrader
+      grader = ClusterGrader(stubs, opts, args.cluster, args.exercises,
+                             log=lambda text: print(text, file=sys.stderr))
+    else:
+      grader = Grader(stubs, opts)
   except SandboxUnavailable as e:
     print(f"error: can't grade in a sandbox: {e}", file=sys.stderr)
     return 2
+  except (OSError, ValueError) as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  mode = grader.mode if args.cluster else lambda: mode_text(grader.ws.sandbox.mode)
   t0 = time.monotonic()
   bar = tqdm(total=0, unit="check", file=sys.stderr,
              desc=f"grading {len(subs)} notebook{'s' * (len(subs) != 1)}")
@@ -701,7 +713,7 @@ def main(argv=None) -> int:
 
   rows = report.sort_rows(rows, stubs)
   similar = similarity.pairs(grader.signatures)
-  meta = {"seed": seed, "sandbox": mode_text(grader.ws.sandbox.mode),
+  meta = {"seed": seed, "sandbox": mode(),
           "limits": f"{opts.timeout:g} s, {opts.memory_mib} MiB and {opts.pids} processes per "
                     "exercise of each notebook",
           "unsafe": not opts.sandbox}
@@ -709,8 +721,12 @@ def main(argv=None) -> int:
   csv_path, html_path = report.write(rows, stubs, args.out, meta, similar)
   print(report.tables(rows, stubs))
   print(report.one_line(rows, len(subs), elapsed, csv_path, html_path))
-  print(f"seed {seed} ({mode_text(grader.ws.sandbox.mode)}); the grader's peak memory "
-        f"{peak_memory_mb():.0f} MB")
+  print(f"seed {seed} ({mode()}); the grader's peak memory {peak_memory_mb():.0f} MB")
+  missing = getattr(grader, "count_not_graded", 0)
+  if missing:
+    print(f"error: {missing} exercise{'s' * (missing != 1)} not graded (the cluster failed, "
+          "see their reasons): rerun to grade them", file=sys.stderr)
+    return 3
   return 0
 
 
