@@ -39,7 +39,8 @@ from .submissions import Submission
 
 RESOURCE = "bwrap"      # what a worker that can sandbox offers, one per thread
 RETRIES = 2             # a task that raises is retried this many times
-CONNECT_TIMEOUT = 20    # seconds, to reach a scheduler
+CONNECT_TIMEOUT = 10    # seconds, to reach a scheduler
+WORKERS_TIMEOUT = 300   # seconds, for its first worker (a batch system may take a while)
 NOT_GRADED = "not graded"
 
 
@@ -147,7 +148,11 @@ class ClusterGrader:
   def _check_workers(self, log):
     if self.client.dashboard_link and "dashboard" in self.client.scheduler_info().get("services", {}):
       log(f"Dask dashboard: {self.client.dashboard_link}")
-    self.client.wait_for_workers(1, timeout=CONNECT_TIMEOUT * 3)
+    try:
+      self.client.wait_for_workers(1, timeout=WORKERS_TIMEOUT)
+    except TimeoutError:
+      raise OSError(f"the scheduler has had no worker for {WORKERS_TIMEOUT} s: start some "
+                    "(`dask worker ADDRESS`)") from None
     if not self.opts.sandbox:
       return
     self.client.register_plugin(SandboxCheck())
