@@ -27,6 +27,7 @@ import hashlib
 import importlib.util
 import logging
 from dataclasses import astuple
+import uuid
 from pathlib import Path
 
 from distributed import Client, LocalCluster, WorkerPlugin, as_completed
@@ -146,7 +147,8 @@ class ClusterGrader:
       raise
 
   def _check_workers(self, log):
-    if self.client.dashboard_link and "dashboard" in self.client.scheduler_info().get("services", {}):
+    services = self.client.scheduler_info().get("services", {})
+    if self.client.dashboard_link and "dashboard" in services:
       log(f"Dask dashboard: {self.client.dashboard_link}")
     try:
       self.client.wait_for_workers(1, timeout=WORKERS_TIMEOUT)
@@ -181,12 +183,13 @@ class ClusterGrader:
     records: dict = {}
     rows: list = []
     ac = as_completed(loop=self.client.loop)
+    run = uuid.uuid4().hex[:12]   # keys are the scheduler's: other runs may share it
 
     def send():
       for i, sub in todo:
         data = b"" if sub.problem else sub.load()
         f = self._submit(submission_task, sub.label, data, sub.folder, sub.problem,
-                         key=f"grade-{i}-{self.opts.seed}")
+                         key=f"grade-{run}-{i}")
         owner[f] = ("sub", i)
         ac.add(f)
         return
@@ -233,8 +236,8 @@ class ClusterGrader:
       self.signatures += similarity.signatures(p)
       for k in self._needs(p):
         if k not in refs:
-          refs[k] = self._submit(reference_task, *k, key=f"reference-{k[0]}-{k[1]}-"
-                                 f"{self.opts.seed}", priority=10)
+          refs[k] = self._submit(reference_task, *k, priority=10,   # the same for every run
+                                 key=f"reference-{k[0]}-{k[1]}-{self.opts.seed}-{self.version}")
           owner[refs[k]] = ("ref", *k)
           ac.add(refs[k])
       if all(k in records for k in self._needs(p)):
