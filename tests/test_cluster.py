@@ -182,3 +182,26 @@ def test_a_scheduler_that_does_not_answer(tmp_path):
   assert proc.returncode == 2
   assert f"no Dask scheduler answered at tcp://127.0.0.1:{port}" in proc.stderr, proc.stderr
   assert not (tmp_path / "out").exists()
+
+
+def test_what_the_cluster_could_not_grade_is_not_graded_never_0(tmp_path):
+  from coursekit import cluster
+  from coursekit.submissions import Submission
+  stubs = grade.load_stubs()
+  g = cluster.ClusterGrader.__new__(cluster.ClusterGrader)   # no cluster: the rows alone
+  g.stubs, g.progress, g.count_not_graded = stubs, None, 0
+  sub = Submission("lost.ipynb", b"{}")
+  why = "the cluster could not grade it (KilledWorker: the task killed 3 workers)"
+  for part, n in ((None, 1), ("part1", len(stubs["part1"].exercises))):
+    g.opts = grade.Options(part=part, seed=SEED)
+    rows = g.failed(grade.Parsed(sub, "lost", part, failure=why))
+    assert len(rows) == n
+    assert all(r["status"] == "not graded" and r["points"] == "" for r in rows)
+    assert all(r["reason"].startswith(why) and "rerun" in r["reason"] for r in rows)
+  records = {("part1", ex): RuntimeError("no worker") for ex in stubs["part1"].exercises}
+  p = grade.Parsed(sub, "lost", "part1")
+  rows += g.rows_of(p, {ex: grade.Outcome("ok") for ex in stubs["part1"].exercises}, records)
+  assert g.count_not_graded == 1 + 2 * n and all(r["status"] == "not graded" for r in rows)
+  report.write(rows, stubs, tmp_path, {"seed": SEED})
+  assert {r["points"] for r in read_rows(tmp_path)} == {""}
+  assert "n/g" in report.tables(rows, stubs)
