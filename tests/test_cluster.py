@@ -4,8 +4,9 @@ A small mixed batch (a full, a stub and a corrupt notebook) is
 graded once with `--jobs 2`; the cluster's runs must give the same files:
 `--cluster local:2`, a run during which a worker is killed with SIGKILL in
 the middle of a task, and a hand-started scheduler whose first worker can't
-find bubblewrap. A scheduler that doesn't answer is a clear error. Without
-`--cluster`, nothing of Dask is imported.
+find bubblewrap. A scheduler that doesn't answer is a clear error; what the
+cluster couldn't grade is "not graded", never 0 points. Without `--cluster`,
+nothing of Dask is imported.
 """
 import csv
 import json
