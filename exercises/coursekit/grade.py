@@ -1,7 +1,7 @@
 """Grade submitted exercise notebooks.
 
     python -m coursekit.grade SUBMISSIONS [--out DIR] [--jobs N] [--part NAME] [--seed N]
-                              [--timeout S] [--memory MIB] [--no-sandbox]
+                              [--timeout S] [--memory MIB] [--no-sandbox] [--cluster ADDRESS]
     make grade SUBMISSIONS=dir-or-zip [GRADES=outdir]
 
 SUBMISSIONS is a folder or a .zip of notebooks (`.ipynb`, any case), any number per student,
@@ -823,18 +823,24 @@ class Grader:
               for ex in stub.exercises]
     return [row(p.sub, p.student, p.part or "?", "*", "fail", p.failure, p.notes)]
 
-  def grade(self, subs: list[Submission], jobs: int, on_parsed=None) -> list[dict]:
+  def grade(self, subs: list[Submission], jobs: int, on_parsed=None, on_rows=None) -> list[dict]:
     """Grade every submission, `jobs` submissions at once: each is read when its turn
-    comes, and dropped when its exercises are done, so memory holds a few at a time."""
+    comes, and dropped when its exercises are done, so memory holds a few at a time.
+    `on_rows(parsed, rows)` is called here, in file order, as each submission is done."""
     def one(sub):
       p = self.reader.read(sub)
       if on_parsed:
         on_parsed(p)
       with self.lock:
         self.signatures += p.signatures
-      return self.grade_submission(p)
+      return p, self.grade_submission(p)
+    out = []
     with ThreadPoolExecutor(max(jobs, 1)) as pool:
-      return [r for rows in pool.map(one, subs) for r in rows]
+      for p, rows in pool.map(one, subs):
+        if on_rows:
+          on_rows(p, rows)
+        out += rows
+    return out
 
   def close(self):
     self.reader.stop()
@@ -937,6 +943,9 @@ def main(argv=None) -> int:
   ap.add_argument("--no-sandbox", action="store_true",
                   help="run notebooks without bubblewrap: ONLY for trusted notebooks "
                   "(the report says so at its top)")
+  ap.add_argument("--cluster", metavar="ADDRESS",
+                  help="grade on a Dask cluster: a scheduler's address (tcp://head:8786) or "
+                  "local:N, N worker processes here (coursekit.cluster)")
   ap.add_argument("--exercises", type=Path, default=EXERCISES,
                   help="folder of the stub notebooks (default: this repo's exercises/)")
   ap.add_argument("--feedback", choices=feedback.LEVELS, default="all",
@@ -980,12 +989,21 @@ def main(argv=None) -> int:
     fresh += [] if old else [sub]
   subs = fresh
   try:
-    grader = Grader(stubs, opts, folder=args.exercises)
+    if args.cluster:   # the only import of Dask
+      from .cluster import ClusterGrader
+      grader = ClusterGrader(stubs, opts, args.cluster, args.exercises,
+                             log=lambda text: print(text, file=sys.stderr))
+    else:
+      grader = Grader(stubs, opts, folder=args.exercises)
   except SandboxUnavailable as e:
     print(f"error: can't grade in a sandbox: {e}", file=sys.stderr)
     if book:
       book.close()
     return 2
+  except (OSError, ValueError) as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  mode = grader.mode if args.cluster else lambda: mode_text(grader.ws.sandbox.mode)
   t0 = time.monotonic()
   bar = tqdm(total=0, unit="check", file=sys.stderr,
              desc=f"grading {len(subs)} notebook{'s' * (len(subs) != 1)}")
@@ -995,27 +1013,25 @@ def main(argv=None) -> int:
       bar.total += len(stubs[p.part].exercises)
       bar.refresh()
   grader.progress = lambda: bar.update(1)
+
+  def record(p, group):   # each submission as soon as it is done: Ctrl-C loses none of them
+    if book and group and all(r["status"] != "not graded" for r in group):   # a rerun grades those
+      book.record(group, digests.get(group[0]["submission"], ""), seed, version)
   try:
-    rows = grader.grade(subs, args.jobs, on_parsed=parsed)
+    rows = grader.grade(subs, args.jobs, on_parsed=parsed, on_rows=record)
   except SandboxUnavailable as e:
     print(f"error: {e}", file=sys.stderr)
-    if book:
-      book.close()
     return 2
   finally:
     bar.close()
     grader.close()
+    if book:
+      book.close()
   elapsed = time.monotonic() - t0
-  rows = report.sort_rows(rows, stubs)
-  if book:   # in file order, so that the latest of a student's files is the last recorded
-    for label, group in by_submission(rows).items():
-      if all(r["status"] != "not graded" for r in group):   # a rerun grades the rest
-        book.record(group, digests.get(label, ""), seed, version)
-    book.close()
 
   rows = report.sort_rows(rows + reused, stubs)
   similar = similarity.pairs(grader.signatures)
-  meta = {"seed": seed, "sandbox": mode_text(grader.ws.sandbox.mode),
+  meta = {"seed": seed, "sandbox": mode(),
           "limits": f"{opts.timeout:g} s of CPU time ({WALL_FACTOR * opts.timeout:g} s of "
                     f"wall-clock time), {opts.memory_mib} MiB and {opts.pids} processes per "
                     "exercise of each notebook, one exercise of a notebook at a time",
@@ -1031,10 +1047,14 @@ def main(argv=None) -> int:
   if pages:
     print(f"feedback: {len(pages)} pages in {args.out / 'feedback'}, all in "
           f"{args.out / 'feedback.zip'}")
-  print(f"seed {seed} ({mode_text(grader.ws.sandbox.mode)}); the grader's peak memory "
-        f"{peak_memory_mb():.0f} MB")
-  if grader.broken:   # fail closed: rows that say "not graded", and a non-zero exit
+  print(f"seed {seed} ({mode()}); the grader's peak memory {peak_memory_mb():.0f} MB")
+  if getattr(grader, "broken", None):   # fail closed: rows that say "not graded", and exit 3
     print(f"error: grading stopped, the rest is not graded: {grader.broken}", file=sys.stderr)
+    return 3
+  missing = getattr(grader, "count_not_graded", 0)
+  if missing:
+    print(f"error: {missing} exercise{'s' * (missing != 1)} not graded (the cluster failed, "
+          "see their reasons): rerun to grade them", file=sys.stderr)
     return 3
   return 0
 
