@@ -145,11 +145,33 @@ def test_an_error_or_a_zero_instead_of_a_value_says_so():
 
 # --- Feedback on every mistake ---------------------------------------------------------------
 
+SEEDS = range(1, 51)   # every mistake must fail at each (the grader's seeds are random)
+
+
+def _compile_each_program_once():
+  """In `_mistake_feedback`'s process, XLA compiles each distinct StableHLO module once:
+  a probe at 50 seeds compiles the same programs over and over (shapes don't depend on
+  the seed), and compiling is most of its time. Each call still gets an executable of
+  its own."""
+  from autodidax import runtime
+  compile, loaded = runtime.compile, {}
+
+  def compile_once(text, platform=None):
+    key = (text, platform or runtime.default_platform())
+    if key not in loaded:
+      loaded[key] = compile(text, key[1])._loaded
+    return runtime.Executable(loaded[key], key[1])
+  runtime.compile = compile_once
+
+
 def _mistake_feedback(part: str) -> list[dict]:
-  """Runs in a subprocess: the chapter's reference cells in one namespace, then
-  each mistake alone (its answer cells rerun with the mistake, the check, the
-  right answer back). [{exercise, k, new, message, passed}]"""
+  """Runs in a subprocess: the chapter's reference cells in one namespace, the
+  reference's records at every seed of `SEEDS`, then each mistake alone (its
+  answer cells rerun with the mistake, the check, the probe at every seed, the
+  right answer back). [{exercise, k, new, message, passed, passes_at}]"""
   from coursekit import checks, stubs
+  from coursekit import probe as probes
+  _compile_each_program_once()
   nb = stubs.read_source(ROOT / "exercises" / "source" / f"{part}.md")
   os.chdir(ROOT / "exercises")
   ns = {"__name__": "__main__"}
@@ -163,8 +185,14 @@ def _mistake_feedback(part: str) -> list[dict]:
       run(cell, cell.source)
     if cell.metadata.get("role") == "solution":
       answers.setdefault(cell.metadata["exercise"], []).append(cell)
+  mistakes = json.loads((MISTAKES / f"{part}.json").read_text())
+  specs = {ex: probes.spec(part, ex) for ex in mistakes}
+  want = {}
+  for ex, spec in specs.items():
+    with checks.installed(spec, ns):
+      want[ex] = [probes.run(spec, ns, seed) for seed in SEEDS]
   out = []
-  for ex, pairs in json.loads((MISTAKES / f"{part}.json").read_text()).items():
+  for ex, pairs in mistakes.items():
     for k, (old, new) in enumerate(pairs):
       cells = answers[ex]
       assert any(old in c.source for c in cells), f"{ex}: mistake {k} no longer matches"
@@ -176,7 +204,13 @@ def _mistake_feedback(part: str) -> list[dict]:
         passed = True
       except BaseException as e:  # noqa: BLE001 (what the learner would see)
         message = f"{type(e).__name__}: {e}"
-      out.append({"exercise": ex, "k": k, "new": new, "message": message, "passed": passed})
+      passes_at = []
+      with checks.installed(specs[ex], ns):   # each run stops at its first wrong record
+        for seed, w in zip(SEEDS, want[ex]):
+          if probes.compare(probes.run(specs[ex], ns, seed, want=w), w).passed:
+            passes_at.append(seed)
+      out.append({"exercise": ex, "k": k, "new": new, "message": message, "passed": passed,
+                  "passes_at": passes_at})
       for cell in cells:
         run(cell, cell.source)
   return out
@@ -225,6 +259,18 @@ def test_every_mistake_gets_feedback_that_helps(feedback, part):
     if NUMPY_ADVICE in msg:
       assert CALLS_NUMPY.search(r["new"]), f"{what}: NumPy advice, but it calls no NumPy:\n{msg}"
       assert "your cell, line" in msg, f"{what}: the NumPy advice doesn't say where:\n{msg}"
+
+
+@pytest.mark.parametrize("part", [p.stem for p in SOURCES if (MISTAKES / f"{p.stem}.json").exists()])
+def test_every_mistake_fails_at_every_seed(feedback, part):
+  """The grader draws a seed at random: a mistake that passes at some seeds would pass
+  for some classes. Each fails at all of `SEEDS` (the probe must draw the cases that
+  expose it)."""
+  code, out, err = feedback[part]
+  assert code == 0, err[-3000:]
+  for r in json.loads(out.splitlines()[-1]):
+    assert not r["passes_at"], (f"{r['exercise']} mistake {r['k']} ({r['new'].strip()[:60]!r}) "
+                                f"passes at seeds {r['passes_at']} of {SEEDS}")
 
 
 if __name__ == "__main__":   # the subprocess of `feedback`: one chapter, JSON on the last line

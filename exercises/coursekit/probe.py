@@ -124,11 +124,12 @@ def short(text) -> str:
 class Probe:
   """What a probe function receives: the seeded rng and the recording methods."""
 
-  def __init__(self, exercise: str, seed: int):
+  def __init__(self, exercise: str, seed: int, want=None):
     self.exercise, self.seed = exercise, seed
     self.rng = np.random.default_rng(seed)
     self.records: list[dict] = []
     self.inputs = ""
+    self._want = want   # the reference's records: stop at the first that differs (tests)
 
   def given(self, **inputs):
     """Name the seeded inputs of the records that follow (until the next `given`):
@@ -140,14 +141,21 @@ class Probe:
     if self.inputs:
       record["inputs"] = self.inputs
     self.records.append(record)
+    i = len(self.records) - 1
+    if self._want is not None and (i >= len(self._want)
+                                   or not compare([record], [self._want[i]]).passed):
+      raise Stop
 
-  def value(self, label: str, x, rtol=RTOL, atol=ATOL, dtype=True, secret=False):
+  def value(self, label: str, x, rtol=RTOL, atol=ATOL, dtype=True, secret=False, detail=""):
     """Record `x` (compared with tolerances `rtol`/`atol`; `dtype=False` ignores dtypes).
     `secret`: an answer to a question, left out of the records that ship with the stubs
-    (the notebook's check can't judge it; the grader does)."""
+    (the notebook's check can't judge it; the grader does). `detail`: what this run
+    measured to get `x` (a yes/no, say), shown when `x` is wrong."""
     record = {"label": label, "value": encode(x), "rtol": rtol, "atol": atol, "dtype": dtype}
     if secret:
       record["secret"] = True
+    if detail:
+      record["detail"] = short(detail)
     self._record(record)
     return x
 
@@ -180,9 +188,10 @@ class Probe:
     return self.value(label, "no error")
 
 
-def run(spec: Spec, namespace: dict, seed: int) -> list[dict]:
-  """Run a probe on the answers found in `namespace`; its records."""
-  p = Probe(spec.exercise, seed)
+def run(spec: Spec, namespace: dict, seed: int, want=None) -> list[dict]:
+  """Run a probe on the answers found in `namespace`; its records. Given the reference's
+  records `want`, it stops at the first record that differs (the verdict is known)."""
+  p = Probe(spec.exercise, seed, want)
   args = []
   for name in spec.answers + spec.optional:
     if name in namespace:
@@ -200,7 +209,10 @@ def run(spec: Spec, namespace: dict, seed: int) -> list[dict]:
   except Stop:
     pass
   except Exception as e:  # noqa: BLE001 (outside p.call: still the learner's doing, or a bug)
-    p.error("running the check", e)
+    try:
+      p.error("running the check", e)
+    except Stop:
+      pass
   return p.records
 
 
@@ -452,7 +464,11 @@ def compare(got: list, want: list) -> Verdict:
                      f"(recorded {short(g.get('label'))!r})")
     d = diff(gv, w["value"], w.get("rtol", RTOL), w.get("atol", ATOL), w.get("dtype", True))
     if d:   # an answer to a question is never shown
-      return Verdict(False, i, case(w), "that is not the right answer" if w.get("secret") else d)
+      if w.get("secret"):
+        d = "that is not the right answer"
+      elif isinstance(g.get("detail"), str):   # what the learner's run measured
+        d = f"{d} ({short(g['detail'])})"
+      return Verdict(False, i, case(w), d)
   if len(got) > len(want):
     return Verdict(False, len(want), "the check", "recorded more than the reference did")
   withheld = sum(w["value"].get("k") == "withheld" for w in want)
