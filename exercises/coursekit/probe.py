@@ -173,6 +173,8 @@ class Probe:
     message = short(e)
     if isinstance(e, RecursionError):
       message = short(f"{e} ({RECURSION_HINT})")
+    elif isinstance(e, KeyError) and (why := library_key_error(e)):
+      message = short(why)
     self._record({"label": label, "value": {"k": kind, "type": type(e).__name__,
                                              "message": message}})
 
@@ -186,6 +188,20 @@ class Probe:
     except Exception as e:  # noqa: BLE001
       return self.value(label, f"raises {type(e).__name__}")
     return self.value(label, "no error")
+
+
+def library_key_error(e: KeyError) -> str:
+  """What the learner's code did, for a KeyError that the library raised while running a
+  jaxpr (a variable no input or equation bound); "" for any other KeyError."""
+  import traceback
+  frames = traceback.extract_tb(e.__traceback__)
+  if not (e.args and type(e.args[0]).__name__ == "Var" and frames
+          and frames[-1].filename.replace("\\", "/").endswith("autodidax/jaxpr.py")):
+    return ""
+  return (f"running a jaxpr, an equation read the variable {e.args[0]}, which nothing bound: "
+          "the jaxpr got fewer inputs than it takes (zip stops at the shorter list), or "
+          "they came in another order. Pass every group of operands the jaxpr takes, in its "
+          "order (eval_jaxpr(jaxpr, consts, *inputs)).")
 
 
 def run(spec: Spec, namespace: dict, seed: int, want=None) -> list[dict]:
@@ -257,6 +273,25 @@ def describe(v, values=True) -> str:
   if v.get("type") == "Zero":
     return "a symbolic Zero (ad.instantiate_zeros(z) makes it an array)"
   return str(v.get("type", k))
+
+
+def show(v, depth=0) -> str:
+  """An encoded value, short, as Python would write it (lists item by item)."""
+  k = v.get("k")
+  if depth > 3:
+    return "…"
+  if k == "py":
+    x = v["v"]
+    return _num(x) if v.get("float") or isinstance(x, float) else repr(x)
+  if k in ("tuple", "list"):
+    inner = ", ".join(show(c, depth + 1) for c in v["items"][:12])
+    inner += ", …" if len(v["items"]) > 12 else ""
+    return f"({inner}{',' if len(v['items']) == 1 else ''})" if k == "tuple" else f"[{inner}]"
+  if k == "dict":
+    return "{" + ", ".join(f"{key!r}: {show(c, depth + 1)}" for key, c in v["items"].items()) + "}"
+  if k == "array":
+    return _oneline(v["data"], v["shape"]) if v["shape"] else _num(v["data"][0])
+  return describe(v)
 
 
 def show_input(x) -> str:
@@ -408,7 +443,8 @@ def diff(got: dict, want: dict, rtol, atol, dtype=True) -> str | None:
   if kw in ("tuple", "list"):
     gi, wi = got["items"], want["items"]
     if len(gi) != len(wi):
-      return f"expected a {kw} of length {len(wi)}, got one of length {len(gi)}"
+      return short(f"expected a {kw} of length {len(wi)}, got one of length {len(gi)}: "
+                   f"expected {show(want)}, got {show(got)}")
     for i, (g, w) in enumerate(zip(gi, wi)):
       d = diff(g, w, rtol, atol, dtype)
       if d:
@@ -458,8 +494,8 @@ def compare(got: list, want: list) -> Verdict:
     if gv.get("k") == "todo" and w["value"].get("k") != "todo":
       return Verdict(False, i, g.get("label") or w["label"], short(gv.get("message")), todo=True)
     if g.get("label") != w["label"]:
-      if gv.get("k") == "error":
-        return Verdict(False, i, short(case(g)), f"raised {describe(gv)}")
+      if gv.get("k") == "error":   # under the step that was running, with its inputs
+        return Verdict(False, i, case(w), f"{short(g.get('label'))} raised {describe(gv)}")
       return Verdict(False, i, case(w), "the check did something else here "
                      f"(recorded {short(g.get('label'))!r})")
     d = diff(gv, w["value"], w.get("rtol", RTOL), w.get("atol", ATOL), w.get("dtype", True))

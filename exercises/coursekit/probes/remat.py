@@ -113,9 +113,11 @@ def _dot_cases():
                 "autodidax.ad_checkpoint:SaveFromBothPolicies.__call__": None})
 def probe_R_2(p, weights_products, either):
   for what, avals, dn in _dot_cases():
+    p.given(operands=tuple(a.str_short() for a in avals), dimension_numbers=dn)
     p.value(f"weights_products of {what}",
             p.call(f"weights_products of {what}", weights_products, lax.dot_general_p, *avals,
                    dimension_numbers=dn))
+  p.given()
   a = ShapedArray((3,), F64)
   for prim, params in [(lax.sin_p, {}), (lax.mul_p, {}), (lax.reduce_sum_p, {"axes": (0,)}),
                        (name_p, {"name": "h"})]:
