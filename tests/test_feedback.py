@@ -143,6 +143,50 @@ def test_an_error_or_a_zero_instead_of_a_value_says_so():
                        "but it raised ZeroDivisionError: division by zero")
 
 
+def test_an_error_is_shown_under_the_step_it_broke_with_its_inputs():
+  from coursekit import probe
+
+  def case(p, fn):
+    p.given(x=0.5)
+    try:
+      p.value("the sum of the pieces", p.call("calling the answer", fn))
+    except probe.Stop:
+      pass
+  v = _verdict(lambda p: case(p, lambda: 1.), lambda p: case(p, lambda: 1 / 0))
+  assert v.label == "the sum of the pieces (x = 0.5)"
+  assert v.message == "calling the answer raised ZeroDivisionError: division by zero"
+
+
+def test_a_length_mismatch_shows_both_lists():
+  v = _verdict(lambda p: p.value("the collectives", []), lambda p: p.value("the collectives",
+                                                                            ["all-reduce"]))
+  assert v.message == ("expected a list of length 0, got one of length 1: "
+                       "expected [], got ['all-reduce']")
+  v = _verdict(lambda p: p.value("a", list(range(40))), lambda p: p.value("a", [0]))
+  assert "expected [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, …], got [0]" in v.message
+
+
+def test_a_yes_or_no_shows_what_was_measured():
+  v = _verdict(lambda p: p.value("small enough", True, detail="yours 1 byte"),
+               lambda p: p.value("small enough", False, detail="yours 9 bytes, the limit 4"))
+  assert v.message == "expected True, got False (yours 9 bytes, the limit 4)"
+
+
+def test_a_jaxpr_run_on_too_few_inputs_says_so():
+  import autodidax as adx
+  from autodidax.jaxpr import eval_jaxpr
+  from coursekit import probe
+  closed = adx.make_jaxpr(lambda x, y: x * y)(1., 2.)
+
+  def run(p, args):
+    try:
+      p.value("the product", p.call("running the jaxpr", eval_jaxpr, closed.jaxpr, [], *args))
+    except probe.Stop:
+      pass
+  v = _verdict(lambda p: run(p, (1., 2.)), lambda p: run(p, (1.,)))
+  assert "fewer inputs than it takes" in v.message and "Var(" in v.message, v.message
+
+
 # --- Feedback on every mistake ---------------------------------------------------------------
 
 SEEDS = range(1, 51)   # every mistake must fail at each (the grader's seeds are random)
@@ -239,6 +283,9 @@ INTERNAL = [
     (re.compile(r"AssertionError:\s*$", re.M), "an assertion without a message"),
     (re.compile(r"(expected|got) (np\.\w+\(|np\.True_|np\.False_)"),
      "a value shown in NumPy's repr"),
+    (re.compile(r"KeyError: (Var|Lit)\("), "the library's bare KeyError"),
+    (re.compile(r"of length \d+, got one of length \d+\s*$", re.M),
+     "a length mismatch without the two lists"),
 ]
 NUMPY_ADVICE = "instead of numpy"
 CALLS_NUMPY = re.compile(r"\bnp\.\w+\(")
