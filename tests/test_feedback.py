@@ -187,6 +187,22 @@ def test_a_jaxpr_run_on_too_few_inputs_says_so():
   assert "fewer inputs than it takes" in v.message and "Var(" in v.message, v.message
 
 
+def test_a_learner_can_read_a_probe_wherever_the_course_is_installed(capsys):
+  from coursekit import checks
+  checks.show_probe("1.2")
+  assert "def probe_1_2(p, tanh_jvp):" in capsys.readouterr().out
+
+
+def test_the_many_devices_setup_warns_when_xla_came_up_with_too_few(monkeypatch, capsys):
+  import autodidax
+  from coursekit import checks
+  for have, warned in ((1, True), (8, False)):
+    monkeypatch.setattr(autodidax, "devices", lambda have=have: ["cpu"] * have)
+    assert checks.expect_devices(8) == have
+    out = capsys.readouterr().out
+    assert out.startswith(f"{have} devices") and ("Restart the kernel" in out) == warned, out
+
+
 # --- Feedback on every mistake ---------------------------------------------------------------
 
 SEEDS = range(1, 51)   # every mistake must fail at each (the grader's seeds are random)
