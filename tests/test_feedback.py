@@ -319,6 +319,9 @@ def test_every_mistake_gets_feedback_that_helps(feedback, part):
     assert re.match(rf"\w+Error: Exercise {re.escape(r['exercise'])}\b", msg), f"{what}: {msg}"
     for pattern, problem in INTERNAL:
       assert not pattern.search(msg), f"{what} shows {problem}:\n{msg}"
+    if msg.startswith("AssertionError"):   # a wrong value: both values, or the error raised
+      assert re.search(r"\bexpected\b.*\bgot\b|\braised\b|not the right answer", msg, re.S), \
+          f"{what} doesn't show what was expected and what came:\n{msg}"
     if NUMPY_ADVICE in msg:
       assert CALLS_NUMPY.search(r["new"]), f"{what}: NumPy advice, but it calls no NumPy:\n{msg}"
       assert "your cell, line" in msg, f"{what}: the NumPy advice doesn't say where:\n{msg}"
