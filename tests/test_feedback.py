@@ -209,19 +209,25 @@ SEEDS = range(1, 51)   # every mistake must fail at each (the grader's seeds are
 
 
 def _compile_each_program_once():
-  """In `_mistake_feedback`'s process, XLA compiles each distinct StableHLO module once:
-  a probe at 50 seeds compiles the same programs over and over (shapes don't depend on
-  the seed), and compiling is most of its time. Each call still gets an executable of
-  its own."""
+  """In `_mistake_feedback`'s process, XLA compiles each distinct StableHLO module (for one
+  device, or for a mesh) once: a probe at 50 seeds compiles the same programs over and
+  over (shapes don't depend on the seed), and compiling is most of its time. Each call
+  still gets an executable object of its own."""
   from autodidax import runtime
-  compile, loaded = runtime.compile, {}
+  compile, compile_spmd, loaded = runtime.compile, runtime.compile_spmd, {}
 
   def compile_once(text, platform=None):
     key = (text, platform or runtime.default_platform())
     if key not in loaded:
       loaded[key] = compile(text, key[1])._loaded
     return runtime.Executable(loaded[key], key[1])
-  runtime.compile = compile_once
+
+  def compile_spmd_once(text, devs, platform=None):
+    key = (text, tuple(d.id for d in devs), platform or runtime.default_platform())
+    if key not in loaded:
+      loaded[key] = compile_spmd(text, devs, key[2])._loaded
+    return runtime.SpmdExecutable(loaded[key], devs, key[2])
+  runtime.compile, runtime.compile_spmd = compile_once, compile_spmd_once
 
 
 def _mistake_feedback(part: str) -> list[dict]:
