@@ -305,7 +305,7 @@ INTERNAL = [
     (re.compile(r"AssertionError:\s*$", re.M), "an assertion without a message"),
     (re.compile(r"(expected|got) (np\.\w+\(|np\.True_|np\.False_)"),
      "a value shown in NumPy's repr"),
-    (re.compile(r"KeyError: (Var|Lit)\("), "the library's bare KeyError"),
+    (re.compile(r"KeyError: Var\("), "the library's bare KeyError (a jaxpr short of inputs)"),
     (re.compile(r"of length \d+, got one of length \d+\s*$", re.M),
      "a length mismatch without the two lists"),
 ]
