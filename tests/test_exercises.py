@@ -261,6 +261,12 @@ def expected(part, name) -> dict:
   return {ex: "failed" if k < len(MISTAKES.get(ex, [])) else "passed" for ex in exercises}
 
 
+# Every part's grader runs at once, beside nbval, on as few as 2 busy cores: a sandbox
+# may wait far longer than it computes, so the time limit has a wide margin (the
+# verdicts here are about answers, never about how busy the machine is).
+GRADE_TIMEOUT = 900
+
+
 @pytest.fixture(scope="module")
 def runs(all_solutions, tmp_path_factory):
   """Every part's notebooks, written once, run by nbval and by the grader at once.
@@ -280,7 +286,7 @@ def runs(all_solutions, tmp_path_factory):
       nbformat.write(nb, folders[part] / f"{name}.ipynb")
       delegated.append(str(folders[part] / f"{name}.ipynb"))
   nbval = start("-m", "coursekit.nbval_run", "-q", "-c", "pytest.ini", "--rootdir", ".",
-                "--nbval-lax", "--nbval-current-env", "--nbval-cell-timeout=120",
+                "--nbval-lax", "--nbval-current-env", "--nbval-cell-timeout=600",
                 "--junitxml=junit.xml", *plain, cwd=root)
   checks = start(str(ROOT / "tests" / "fixtures" / "delegations.py"), *delegated)
   graders = {}
@@ -288,7 +294,8 @@ def runs(all_solutions, tmp_path_factory):
     out = tmp_path_factory.mktemp(f"grades-{part}")
     before = digest(folders[part])
     graders[part] = (start("-m", "coursekit.grade", str(folders[part]), "--out", str(out),
-                           "--part", part, "--jobs", "2", "--seed", str(SEED), *UNSANDBOXED),
+                           "--part", part, "--jobs", "2", "--seed", str(SEED),
+                           "--timeout", str(GRADE_TIMEOUT), *UNSANDBOXED),
                      out, before)
 
   proc = finish(nbval)
@@ -371,7 +378,7 @@ def test_one_verdict_on_answers_that_delegate_to_the_library(runs, all_solutions
       if name == "delegate-getattr" and "asks you to write" not in got["reason"]:
         # Looked up when called: a probe that swaps the very function (3.4's jit._specialize)
         # hands over its own, so the answer fails on that, the same way both ways.
-        assert got["reason"].split(": raised ")[-1] in said[ex], (ex, got["reason"], said[ex])
+        assert got["reason"].split(" raised ")[-1] in said[ex], (ex, got["reason"], said[ex])
         continue
       for where, text in (("grader", got["reason"]), ("notebook", said[ex])):
         assert "asks you to write" in text and lib in text, (name, ex, where, text)

@@ -189,4 +189,35 @@
         attributes: true, attributeFilter: ["style", "hidden"]});
     }
   });
+
+  // Downloading a notebook. Its "In the book" links are relative to this site
+  // (../book/..., the notebooks sit in exercises/, beside book/), so a notebook
+  // saved anywhere else would lose them: the download rewrites them to this
+  // site's absolute addresses, from the notebook's own address. Where fetching
+  // isn't possible (a page opened from a file), the plain download runs.
+  ready(function () {
+    document.querySelectorAll('a[href$=".ipynb"][download]').forEach(function (a) {
+      a.addEventListener("click", function (e) {
+        if (a.dataset.plain || !window.fetch || !window.Blob) return;
+        e.preventDefault();
+        var url = new URL(a.getAttribute("href"), document.baseURI);
+        fetch(url.href).then(function (r) {
+          if (!r.ok) throw new Error(r.status);
+          return r.text();
+        }).then(function (text) {
+          var book = new URL("../book/", url).href;
+          var save = document.createElement("a");
+          save.href = URL.createObjectURL(new Blob(
+            [text.split("](../book/").join("](" + book)], {type: "application/x-ipynb+json"}));
+          save.download = a.getAttribute("download") || url.pathname.split("/").pop();
+          document.body.appendChild(save);
+          save.click();
+          save.remove();
+        }).catch(function () {
+          a.dataset.plain = "1";
+          a.click();
+        });
+      });
+    });
+  });
 })();

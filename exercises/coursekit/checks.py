@@ -39,6 +39,25 @@ def setup():
   np.set_printoptions(precision=6, suppress=True)
 
 
+def expect_devices(n: int = 8):
+  """The many-devices setup: print how many devices XLA came up with, and say what to do
+  when they are fewer than `n` (XLA read XLA_FLAGS before the setup cell set it)."""
+  from autodidax import devices
+  have = len(devices())
+  print(have, "devices")
+  if have < n:
+    print(f"Warning: the exercises need {n} devices and XLA started with {have}: something "
+          "started XLA before this cell set XLA_FLAGS. Restart the kernel (Kernel > Restart "
+          "Kernel) and run this cell first.")
+  return have
+
+
+def show_probe(exercise: str):
+  """Print the probe of `exercise`: exactly what its check runs and records."""
+  import inspect
+  print(inspect.getsource(probes.spec(part_of(exercise), exercise).fn))
+
+
 # --- The check cells ------------------------------------------------------------------------
 
 def part_of(exercise: str) -> str:
