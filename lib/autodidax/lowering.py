@@ -189,8 +189,21 @@ def lower_jaxpr_body(ctx: LoweringContext, jaxpr: Jaxpr, env: dict) -> list[str]
     if not eqn.primitive.multiple_results:
       outs = [outs]
     for v, name in zip(eqn.out_binders, outs):
-      env[v] = name
+      env[v] = name if v.aval.sharding is None else sharding_constraint(ctx, name, v.aval)
   return [read(x) for x in jaxpr.outvars]
+
+
+def sharding_constraint(ctx, x: str, aval) -> str:
+  """A result whose type has a sharding (Explicit axes): the partitioner must
+  give it that layout, `sdy.sharding_constraint %x <@mesh, [{"data"}, {}]>`."""
+  if getattr(ctx.module, "mesh", None) is None:
+    return x
+  out = ctx.fresh()
+  dims = ", ".join("{" + ", ".join(f'"{a}"' for a in axes) + "}"
+                   for axes in aval.sharding.spec.normalized(aval.ndim))
+  ctx.emit(f"{out} = sdy.sharding_constraint {x} <@mesh, [{dims}]> : {mlir_type(aval)}",
+           result=False)
+  return out
 
 
 def lower_jaxpr(jaxpr: Jaxpr, name: str = "jit_fun") -> str:
