@@ -22,12 +22,13 @@ import math
 from . import ad, batching, lax, lowering, parallel, runtime, spmd
 from . import partial_eval as pe
 from .api_util import shaped_abstractify
-from .core import Primitive, abstract_eval_rules, impl_rules, raise_to_shaped
+from .core import Primitive, abstract_eval_rules, impl_rules, raise_to_shaped, sharding_rules
 from .flop_count import flops_rules
 from .jaxpr import Jaxpr, JaxprEqn, Var, eval_jaxpr
 from .lowering import mlir_type
 from .partial_eval import closed_to_call_jaxpr, trace_to_jaxpr_dynamic
-from .sharding import Mesh, NamedSharding, P, PartitionSpec
+from .sharding import Mesh, NamedSharding, P, PartitionSpec, type_sharding
+from .sharding_rules import KEEP
 from .tree_util import broadcast_prefix, flatten_fun, tree_flatten, tree_unflatten
 from .util import cache_by_jaxpr
 
@@ -38,13 +39,14 @@ shard_map_p = Primitive("shard_map", multiple_results=True)
 
 def shard_aval(mesh: Mesh, spec: PartitionSpec, aval):
   """The type of one device's slice of an array of type `aval`."""
-  return aval.update(shape=NamedSharding(mesh, spec).shard_shape(aval.shape))
+  return aval.update(shape=NamedSharding(mesh, spec).shard_shape(aval.shape), sharding=None)
 
 
 def unshard_aval(mesh: Mesh, spec: PartitionSpec, aval):
   """The type of the whole array made of slices of type `aval`."""
-  tiles = NamedSharding(mesh, spec).tiles(aval.ndim)
-  return aval.update(shape=tuple(n * t for n, t in zip(aval.shape, tiles)))
+  whole = NamedSharding(mesh, spec)   # on Explicit axes, the spec is in the type
+  return aval.update(shape=tuple(n * t for n, t in zip(aval.shape, whole.tiles(aval.ndim))),
+                     sharding=type_sharding(whole))
 
 
 def _check_specs(what, specs, avals, mesh):
@@ -107,6 +109,7 @@ def _shard_map_abstract_eval(*avals, jaxpr, mesh, in_specs, out_specs):
 
 
 abstract_eval_rules[shard_map_p] = _shard_map_abstract_eval
+sharding_rules[shard_map_p] = KEEP   # the out_specs give the outputs' shardings
 
 
 @cache_by_jaxpr
