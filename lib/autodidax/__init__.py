@@ -42,6 +42,8 @@ core.sharding_rules[ad_checkpoint.name_p] = sharding_rules.same_as_operand
 for _name in ("psum", "pmean", "pmax", "pmin", "all_gather", "psum_scatter", "ppermute",
               "axis_index"):
   setattr(lax, _name, getattr(parallel, _name))
+from .shard_map import pcast  # noqa: E402
+lax.pcast = pcast
 
 __all__ = ["jvp", "vmap", "jacfwd", "jacrev", "hessian", "make_jaxpr", "jit", "Array",
            "linearize", "vjp", "grad", "value_and_grad", "lax", "numpy", "nn", "tree_util",

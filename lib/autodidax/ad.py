@@ -337,7 +337,7 @@ def backward_pass(jaxpr, args, cts) -> list:
   for x, ct in zip(jaxpr.outvars, cts):
     add_cotangent(x, ct)
   for eqn in reversed(linear_eqns):   # each sends its outputs' cotangents to its inputs
-    cts_out = [ct_env.pop(v, Zero(v.aval)) for v in eqn.out_binders]
+    cts_out = [fit_vma(ct_env.pop(v, Zero(v.aval)), v.aval) for v in eqn.out_binders]
     if all(type(ct) is Zero for ct in cts_out):
       continue
     rule = transpose_rules[eqn.primitive]
@@ -345,8 +345,16 @@ def backward_pass(jaxpr, args, cts) -> list:
     cts_in = rule(ct_arg, *map(read_primal, eqn.inputs), **eqn.params)
     for x, ct in zip(eqn.inputs, cts_in):
       add_cotangent(x, ct)
-  return [ct_env.pop(v, Zero(v.aval)) for v, x in zip(jaxpr.constvars + jaxpr.invars, args)
-          if is_undefined_primal(x)]
+  return [fit_vma(ct_env.pop(v, Zero(v.aval)), v.aval)
+          for v, x in zip(jaxpr.constvars + jaxpr.invars, args) if is_undefined_primal(x)]
+
+
+def fit_vma(ct, aval):
+  """A cotangent with its primal's type. Inside shard_map (check_vma), a
+  cotangent may vary over more mesh axes than its primal, where an invariant
+  value met varying ones (an implicit pvary): it is summed over those (a
+  psum, pvary's transpose). autodidax.shard_map sets the real one."""
+  return ct
 
 
 def eval_known_eqns(jaxpr, args):

@@ -53,6 +53,23 @@ def _type_text(avals) -> str:
 KEEP = "keep"   # the abstract eval rule already gave the shardings (higher-order primitives)
 
 
+def _with_types(prim, avals, params, out):
+  """`out` (the abstract eval's types) with the shardings and the vma that
+  the primitive's rules give."""
+  if any(a.sharding is not None for a in avals):
+    out = _with_shardings(prim, avals, params, out)
+  vmas = [a.vma for a in avals]
+  if prim in core.vma_rules:
+    vma = core.vma_rules[prim](vmas, **params)
+  elif prim.multiple_results and sharding_rules.get(prim) is KEEP:
+    return out   # a body's types (control flow, calls) are the answer
+  else:   # the union: an invariant operand meets a varying one as if pvary'd
+    vma = frozenset().union(*vmas)
+  if prim.multiple_results:
+    return [o.update(vma=vma) for o in out]
+  return out.update(vma=vma)
+
+
 def _with_shardings(prim, avals, params, out):
   """`out` (the abstract eval's types) with the shardings the rule gives."""
   meshes = {a.sharding.mesh for a in avals if a.sharding is not None}
@@ -74,7 +91,7 @@ def _with_shardings(prim, avals, params, out):
   return outs if prim.multiple_results else outs[0]
 
 
-core.sharding_hook = _with_shardings
+core.types_hook = _with_types
 
 
 def _check_distinct(prim, dims):
