@@ -58,8 +58,10 @@ def probe_M_1(p, psum_transpose):
       p.value(what, p.call(what, f, *args))
     mesh = _mesh(p, (8,), ("i",))
     u, c = r.normal(size=(16, 2)), r.normal(size=(16, 2))
+    # (check_vma=False: with vma types, psum of a varying value transposes to
+    # a cast, not to the rule of this exercise; see the chapter)
     sm = adx.shard_map(lambda v, k: lax.psum(v * v, "i") * k, mesh=mesh,
-                       in_specs=(P("i"), P("i")), out_specs=P("i"))
+                       in_specs=(P("i"), P("i")), out_specs=P("i"), check_vma=False)
     g = p.call("grad through a psum inside shard_map on 8 devices",
                adx.grad(lambda v: anp.sum(anp.sin(sm(v, c)))), u)
     p.value("grad through a psum inside shard_map on 8 devices", g)
