@@ -361,7 +361,7 @@ def _transpose_lowering(ctx, x, *, permutation):
                   f"({mlir_type(aval)}) -> {mlir_type(out)}")
 
 
-def _reshape_lowering(ctx, x, *, new_sizes):
+def _reshape_lowering(ctx, x, *, new_sizes, out_sharding=None):
   (aval,), (out,) = ctx.avals_in, ctx.avals_out
   return ctx.emit(f"stablehlo.reshape {x} : ({mlir_type(aval)}) -> {mlir_type(out)}")
 
@@ -383,7 +383,7 @@ lowering_rules[lax.reshape_p] = _reshape_lowering
 lowering_rules[lax.convert_element_type_p] = _convert_lowering
 
 
-def _dot_general_lowering(ctx, x, y, *, dimension_numbers):
+def _dot_general_lowering(ctx, x, y, *, dimension_numbers, out_sharding=None):
   (lc, rc), (lb, rb) = dimension_numbers
   ax, ay = ctx.avals_in
   dtype, _ = lax.dot_dtype(ax, ay)
