@@ -425,6 +425,8 @@ def jtype(t) -> str:
 
 
 def put(L, m, x, spec):
+  if spec is None:   # a host array: no sharding in its type
+    return x
   return (adx.device_put(x, NamedSharding(m, P(*spec))) if L is EO
           else jax.device_put(x, jax.NamedSharding(m, jax.P(*spec))))
 
@@ -470,6 +472,12 @@ TYPE_CASES = {
                                             length=3)[0], [(X8, 2, ("a", "b"))]),
     "cond": (lambda L: lambda x: L.lax.cond(True, L.np.sin, L.np.cos, x),
              [(X16, 1, ("data",))]),
+    "grad of a matmul over a split batch": (
+        lambda L: lambda x, w: L.grad(lambda w: ((x @ w) ** 2).sum())(w),
+        [(X16, 1, ("data",)), (f32(8, 3), 1, ())]),
+    "grad with a parameter split over b": (
+        lambda L: lambda x, w: L.grad(lambda w: L.np.sin(x @ w).sum())(w),
+        [(X8, 2, ("a",)), (f32(4, 6), 2, (None, "b"))]),
     "reshard": (lambda L: lambda x: L.reshard(x, L.m2, (None, "a")), [(X8, 2, ("a", "b"))]),
     "reshard to whole": (lambda L: lambda x: L.reshard(x, L.m1, ()) * 2.,
                          [(X16, 1, ("data",))]),
@@ -513,6 +521,9 @@ ERROR_CASES = {
     "contracting dimensions split on both sides": (
         lambda L: lambda x, w: x @ w, [(X8, 2, ("a", "b")), (f32(4, 6), 2, ("b",))],
         "out_sharding"),
+    "grad for a host parameter, contracting a split batch": (
+        lambda L: lambda x, w: L.grad(lambda w: ((x @ w) ** 2).sum())(w),
+        [(X16, 1, ("data",)), (f32(8, 3), 1, None)], "out_sharding"),
     "incompatible shardings": (lambda L: lambda x, y: x + y,
                                [(X8, 2, ("a", "b")), (X8, 2, ("b", "a"))], "reshard"),
     "reshape that scatters a split dimension": (

@@ -473,7 +473,10 @@ def _dot_transpose_lhs(ct, y, x_aval, dimension_numbers):
   # out's axes are x's batch axes, x's free axes, then x's contracting axes
   # in the order y holds them; put them back in x's order.
   x_axes = [*lb, *lf, *(lc[i] for i in np.argsort(rc))]
-  s = x_aval.sharding   # (on Explicit axes: laid out as x, whatever ct's and y's layouts)
+  # On Explicit axes, the cotangent is laid out as x, whatever ct's and y's
+  # layouts: a contraction they both split is then no ambiguity (as in JAX,
+  # an x without a sharding leaves it one: an error).
+  s = x_aval.sharding
   s = None if s is None else type(s)(s.mesh, type(s.spec)(
       *[s.spec.padded(x_ndim)[a] for a in x_axes]))
   out = lax.dot_general(ct, y, ((ct_rf, tuple(rf)), (tuple(range(nb)), tuple(rb))), s)
