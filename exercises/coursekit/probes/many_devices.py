@@ -12,7 +12,7 @@ import numpy as np
 
 import autodidax as adx
 import autodidax.numpy as anp
-from autodidax import ad, lax, parallel
+from autodidax import ad, core, lax, parallel, sharding_rules
 from autodidax.sharding import NamedSharding, P
 
 from ..checks import recorded_binds
@@ -269,3 +269,46 @@ def probe_M_5(p, predict_collectives):
     label = f"case {k + 1} of {len(chosen)}"
     got = p.call(label, predict_collectives, in_spec, out_spec, sum_axis=sum_axis)
     p.value(f"{label}: the collectives", _names(got))
+
+
+# (x's shape, y's shape, dimension_numbers): matmuls, batched ones, an outer product
+M6_DOTS = [((8, 8), (8, 16), (((1,), (0,)), ((), ()))),
+           ((8, 8), (8, 16), (((0,), (0,)), ((), ()))),
+           ((4, 8, 8), (4, 8, 16), (((2,), (1,)), ((0,), (0,)))),
+           ((8, 8), (16, 8), (((1,), (1,)), ((), ()))),
+           ((8,), (16,), (((), ()), ((), ())))]
+M6_AXES = [None, None, "data", "model"]   # whole as often as cut
+
+
+@probe("M.6", answers=("dot_general_sharding_rule",),
+       removes={"autodidax.sharding_rules:_dot_general_rule": "dot_general_sharding_rule"})
+def probe_M_6(p, dot_general_sharding_rule):
+  mesh = _mesh(p, (4, 2), ("data", "model"))
+
+  def put(shape, spec):
+    return adx.device_put(np.ones(shape, np.float32), NamedSharding(mesh, P(*spec)))
+
+  def result_type(x, y, dn, out=None):
+    f = adx.jit(lambda a, b: lax.dot_general(a, b, dn, out_sharding=out))
+    try:
+      return adx.typeof(f(x, y)).str_short()
+    except sharding_rules.ShardingTypeError:
+      return "ShardingTypeError"
+
+  with core.sharding_rules.override(lax.dot_general_p, dot_general_sharding_rule):
+    for k in range(12):
+      xs, ys, dn = M6_DOTS[k % len(M6_DOTS)]
+      x_spec = [M6_AXES[i] for i in p.rng.integers(0, 4, len(xs))]
+      y_spec = [M6_AXES[i] for i in p.rng.integers(0, 4, len(ys))]
+      if len(set(a for a in x_spec if a)) < len([a for a in x_spec if a]):
+        x_spec = [x_spec[0], *[None] * (len(xs) - 1)]
+      if len(set(a for a in y_spec if a)) < len([a for a in y_spec if a]):
+        y_spec = [None] * (len(ys) - 1) + [y_spec[-1]]
+      p.given(x=f"f32{list(xs)} cut by {x_spec}", y=f"f32{list(ys)} cut by {y_spec}",
+              dimension_numbers=dn)
+      label = f"product {k + 1}"
+      p.value(label, p.call(label, result_type, put(xs, x_spec), put(ys, y_spec), dn))
+    whole = NamedSharding(mesh, P("data", None))
+    label = "with out_sharding=P('data', None)"
+    p.value(label, p.call(label, result_type, put((8, 8), ("data", "model")),
+                          put((8, 16), ("model",)), M6_DOTS[0][2], whole))
