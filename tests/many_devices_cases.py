@@ -515,6 +515,9 @@ def explicit_mesh_defaults_and_jaxpr_text():
   assert got == want, (got, want)
   text = adx.jit(f(EO)).lower(x, x).as_text()
   assert 'sdy.sharding_constraint' in text and '[{"data"}, {}]' in text
+  from autodidax import viz
+  picture = viz.typed_jaxpr_graph(ours)
+  assert "f32[16@data,8]" in picture.source and "mesh axes that cut it (data)" in picture.name
 
 
 ERROR_CASES = {
