@@ -13,7 +13,7 @@ import numpy as np
 import autodidax as adx
 import autodidax.numpy as anp
 from autodidax import ad, core, lax, parallel, sharding_rules
-from autodidax.sharding import NamedSharding, P
+from autodidax.sharding import AxisType, NamedSharding, P
 
 from ..checks import recorded_binds
 from ..probe import probe
@@ -22,9 +22,12 @@ COLLECTIVE = re.compile(r"\b(all-reduce|all-gather|reduce-scatter|collective-per
                         r"all-to-all)(?:-start)?\(")
 
 
-def _mesh(p, shape, names):
+def _mesh(p, shape, names, axis_types=None):
+  """Explicit axes (make_mesh's default) unless `axis_types` says otherwise:
+  M.4 and M.5 are about what XLA's partitioner decides, on Auto axes."""
   return p.call(f"a {' x '.join(map(str, shape))} mesh of the 8 devices (if this fails, "
-                "restart the kernel and run the setup cell first)", adx.make_mesh, shape, names)
+                "restart the kernel and run the setup cell first)", adx.make_mesh, shape, names,
+                axis_types)
 
 
 def _collectives(hlo: str) -> list:
@@ -170,7 +173,7 @@ def _run_layout(p, what, layout, mesh, x, W, held=("y",)):
 
 @probe("M.4", answers=("no_communication", "contraction_split"))
 def probe_M_4(p, no_communication, contraction_split):
-  mesh = _mesh(p, (4, 2), ("data", "model"))
+  mesh = _mesh(p, (4, 2), ("data", "model"), (AxisType.Auto,) * 2)
   r = p.rng
   x = r.normal(size=(16, 8)).astype(np.float32)
   W = r.normal(size=(8, 12)).astype(np.float32)
@@ -226,7 +229,7 @@ def _names(answer):
 @probe("M.5", answers=("predict_collectives",),
        removes={"autodidax.spmd:collectives_in": None})
 def probe_M_5(p, predict_collectives):
-  mesh = _mesh(p, (4, 2), ("data", "model"))
+  mesh = _mesh(p, (4, 2), ("data", "model"), (AxisType.Auto,) * 2)
   x = np.zeros(M5_SHAPE, np.float32)
   compiled = {}
 
@@ -309,6 +312,8 @@ def probe_M_6(p, dot_general_sharding_rule):
       label = f"product {k + 1}"
       p.value(label, p.call(label, result_type, put(xs, x_spec), put(ys, y_spec), dn))
     whole = NamedSharding(mesh, P("data", None))
+    p.given(x="f32[8, 8] cut by ['data', 'model']", y="f32[8, 16] cut by ['model', None]",
+            dimension_numbers=M6_DOTS[0][2])
     label = "with out_sharding=P('data', None)"
     p.value(label, p.call(label, result_type, put((8, 8), ("data", "model")),
                           put((8, 16), ("model",)), M6_DOTS[0][2], whole))
