@@ -317,3 +317,22 @@ def probe_M_6(p, dot_general_sharding_rule):
     label = "with out_sharding=P('data', None)"
     p.value(label, p.call(label, result_type, put((8, 8), ("data", "model")),
                           put((8, 16), ("model",)), M6_DOTS[0][2], whole))
+
+
+M7_AXES = [None, "data", "model"]
+
+
+@probe("M.7", answers=("predict_vma",))
+def probe_M_7(p, predict_vma):
+  for k in range(8):
+    axis_a, axis_w = (M7_AXES[i] for i in p.rng.integers(0, 3, 2))
+    op = ("mul", "psum")[int(p.rng.integers(0, 2))]
+    axis = ("data", "model")[int(p.rng.integers(0, 2))]
+    p.given(axis_a=axis_a, axis_w=axis_w, op=op, axis=axis)
+    label = f"case {k + 1}"
+    got = p.call(label, predict_vma, axis_a, axis_w, op, axis)
+    if not (isinstance(got, tuple) and len(got) == 2):
+      p.value(f"{label}: a pair (varying axes, summed axes)", False)
+      continue
+    p.value(f"{label}: the axes y varies along", sorted(set(got[0]) - {None}))
+    p.value(f"{label}: the axes of the gradient's psums", sorted(set(got[1]) - {None}))
