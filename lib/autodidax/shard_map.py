@@ -87,7 +87,11 @@ abstract_eval_rules[pvary_p] = lambda x, *, axes: raise_to_shaped(x).update(
 impl_rules[pvary_p] = lambda x, *, axes: x
 lowering.lowering_rules[pvary_p] = lambda ctx, x, *, axes: x   # a cast: no data moves
 ad.jvp_rules[pvary_p] = ad.linear_jvp(pvary_p)
-ad.transpose_rules[pvary_p] = lambda ct, x, *, axes: [parallel.psum_p.bind(ct, axes=axes)]
+def _pvary_transpose(ct, x, *, axes):
+  return [parallel.psum_p.bind(ct, axes=axes)]
+
+
+ad.transpose_rules[pvary_p] = _pvary_transpose
 batching.vmap_rules[pvary_p] = lambda n, vals, dims, *, axes: (pvary_p.bind(vals[0], axes=axes),
                                                                dims[0])
 vma_rules[pvary_p] = lambda vmas, *, axes: vmas[0] | frozenset(axes)

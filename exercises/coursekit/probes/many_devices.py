@@ -35,7 +35,8 @@ def _collectives(hlo: str) -> list:
 
 
 @probe("M.1", answers=("psum_transpose",),
-       removes={"autodidax.parallel:_psum_transpose": "psum_transpose"})
+       removes={"autodidax.parallel:_psum_transpose": "psum_transpose",
+                "autodidax.shard_map:_pvary_transpose": "psum_transpose"})
 def probe_M_1(p, psum_transpose):
   r = p.rng
   n = int(r.integers(3, 6))
