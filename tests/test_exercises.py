@@ -245,7 +245,8 @@ def delegating(part, solutions) -> dict:
 # custom_jvp/custom_vjp (D.4–D.6), checkpoints on a memory budget and a count of barriers
 # (R.4, R.5), a ring of ppermutes, layouts, and a rule on specs (M.3–M.5).
 NOTHING_TO_DELEGATE = {"2.6", "4.7", "4.9", "T.5", "C.6", "P.1", "P.2", "P.3", "P.4", "P.5", "P.6",
-                       "D.4", "D.5", "D.6", "R.4", "R.5", "M.3", "M.4", "M.5"}
+                       "D.4", "D.5", "D.6", "R.4", "R.5", "M.3", "M.4", "M.5",
+                       "M.7"}
 
 
 def expected(part, name) -> dict:

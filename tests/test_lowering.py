@@ -34,9 +34,9 @@ LOWERING_RAISES = {"custom_lin"}
 
 # Lowered only inside a program for several devices: tests/test_many_devices.py
 # compiles them on 8 devices, against JAX.
-from autodidax import parallel  # noqa: E402
-from autodidax.shard_map import shard_map_p  # noqa: E402
-ON_A_MESH = {*parallel.collective_primitives, shard_map_p}
+from autodidax import parallel, sharding  # noqa: E402
+from autodidax.shard_map import pvary_p, shard_map_p  # noqa: E402
+ON_A_MESH = {*parallel.collective_primitives, shard_map_p, sharding.reshard_p, pvary_p}
 
 rng = np.random.default_rng(0)
 F32 = lambda *s: rng.uniform(-2, 2, s).astype(np.float32)   # noqa: E731

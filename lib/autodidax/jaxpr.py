@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .core import (MissingRuleError, Primitive, ShapedArray, abstract_eval_rules,
+from .core import (MissingRuleError, Primitive, ShapedArray, abstract_eval,
                    get_aval, raise_to_shaped)
 
 
@@ -150,7 +150,7 @@ def typecheck_jaxpr(jaxpr: Jaxpr) -> JaxprType:
     where = _Where(eqn, names)   # printed only if there is an error
     in_types = [typecheck_atom(env, x, names, where) for x in eqn.inputs]
     try:
-      out_types = abstract_eval_rules[eqn.primitive](*in_types, **eqn.params)
+      out_types = abstract_eval(eqn.primitive, in_types, eqn.params)
     except MissingRuleError:
       raise
     except Exception as e:

@@ -26,6 +26,6 @@ from .partial_eval import forward_linear_transposed, partial_eval_graph, unzippi
 from .remat import REMAT_STYLES, policy_name, remat_graph, remat_split
 from .rules import (CUSTOM_CALL_USES, CUSTOM_VJP_FAILS, TRANSFORMATION_RULES, custom_call_graph,
                     rules_graph)
-from .shardings import (TILE_COLORS, collective_graph, hlo_entry, sharding_explorer,
-                        sharding_graph, wrap_lines)
+from .shardings import (AXIS_COLORS, TILE_COLORS, collective_graph, hlo_entry, sharding_explorer,
+                        sharding_graph, typed_jaxpr_graph, wrap_lines)
 from .stack import Snapshot, capture, peek, stack_graph

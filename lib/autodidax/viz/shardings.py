@@ -153,3 +153,48 @@ def collective_graph(kind: str, n: int = 4, perm=None, title: str | None = None)
     for j in srcs:
       g.edge(f"in{j}", f"out{k}", color="#555555" if j != k else HIGHLIGHT)
   return g
+
+
+# Shardings in types: a jaxpr whose edges carry each value's type, coloured by
+# the mesh axes that cut it.
+
+AXIS_COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"]   # one per mesh axis
+
+
+def typed_jaxpr_graph(jaxpr, title: str | None = None):
+  """A jaxpr's dataflow, each value's type on its edge: an edge is drawn in
+  the colour of the mesh axis that cuts the value (black: whole), so a
+  sharding rule shows as the colours an equation passes on."""
+  jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
+  axes = list(dict.fromkeys(a for v in (*jaxpr.invars, *(o for e in jaxpr.eqns
+                                                        for o in e.out_binders))
+                            if v.aval.sharding is not None
+                            for d in v.aval.sharding.spec.normalized(v.aval.ndim) for a in d))
+  color = {a: AXIS_COLORS[k % len(AXIS_COLORS)] for k, a in enumerate(axes)}
+
+  def edge_color(aval):
+    cut = [a for d in (aval.sharding.spec.normalized(aval.ndim) if aval.sharding else ())
+           for a in d]
+    return ":".join(color[a] for a in cut) or "black"
+  alt = (f"A jaxpr of {len(jaxpr.eqns)} equation(s), each edge labelled with its value's "
+         f"type and coloured by the mesh axes that cut it ({', '.join(axes) or 'none'})")
+  g = digraph(titled(title, alt), rankdir="TB", nodesep="0.3", ranksep="0.35")
+  producer = {}
+  for k, v in enumerate(jaxpr.invars):
+    producer[v] = f"in{k}"
+    g.node(f"in{k}", f"input {k}", shape="plaintext")
+  for k, eqn in enumerate(jaxpr.eqns):
+    g.node(f"e{k}", eqn.primitive.name, shape="box", style="rounded,filled",
+           fillcolor="#f3f3f3")
+    for x in eqn.inputs:
+      if x in producer:
+        g.edge(producer[x], f"e{k}", label=f" {x.aval.str_short()}",
+               color=edge_color(x.aval), penwidth="2")
+    for v in eqn.out_binders:
+      producer[v] = f"e{k}"
+  for k, v in enumerate(jaxpr.outvars):
+    g.node(f"out{k}", f"output {k}", shape="plaintext")
+    if v in producer:
+      g.edge(producer[v], f"out{k}", label=f" {v.aval.str_short()}",
+             color=edge_color(v.aval), penwidth="2")
+  return g
