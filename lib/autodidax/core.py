@@ -126,8 +126,8 @@ def abstract_eval(prim: Primitive, avals, params):
   manual axes (inside shard_map), those of the output, from the primitive's
   sharding rule and vma rule. Every staging interpreter calls this."""
   out = abstract_eval_rules[prim](*avals, **params)
-  for a in avals:
-    if a.sharding is not None or a.vma:
+  for a in avals:   # (a Ref's type has neither: its reads and writes keep their values')
+    if getattr(a, "sharding", None) is not None or getattr(a, "vma", None):
       return types_hook(prim, avals, params, out)
   if prim in vma_rules:   # a collective may vary more than its operands
     return types_hook(prim, avals, params, out)
