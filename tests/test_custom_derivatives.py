@@ -455,6 +455,21 @@ def test_jaxpr_of_a_call_prints_as_jax(name):
   same_print(ZOO["ours"][name], ZOO["jax"][name], 1., 2.)
 
 
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_a_nested_jaxpr_fits_its_line_with_its_key(k):
+  """`call_jaxpr=` counts toward the line's width (the body with 2 sins fits
+  in 80 columns only without it)."""
+  def make(X, np_):
+    @X.custom_jvp
+    def f(x):
+      for _ in range(k):
+        x = np_.sin(x)
+      return x
+    f.defjvp(lambda p, t: (f(*p), t[0]))
+    return f
+  same_print(make(adx, anp), make(jax, jnp), 1.)
+
+
 def test_jaxpr_with_nondiff_and_closure_prints_as_jax():
   def make(bk):
     X, np_ = bk.X, bk.np
@@ -776,3 +791,17 @@ def test_bind_tree_merges_neighbouring_leaves():
   svg = viz.svg_html(g)
   assert "sin by JVPTrace (level 1)" in g.name
   assert "sin, cos, mul" in svg   # the JVP rule of sin, as one box
+
+
+def test_a_bwd_cotangent_of_another_float_dtype_passes_on_as_jax():
+  def make(X, np_):
+    @X.custom_vjp
+    def f(x):
+      return np_.sin(x)
+    f.defvjp(lambda x: (f(x), x),
+             lambda x, ct: (np_.asarray(np_.cos(x) * ct, np.float32),))
+    return f
+  ours = adx.grad(make(adx, anp))(0.5)
+  theirs = jax.grad(make(jax, jnp))(0.5)
+  assert np.asarray(ours).dtype == np.asarray(theirs).dtype == np.float32
+  np.testing.assert_allclose(ours, theirs, rtol=1e-6)

@@ -1,6 +1,7 @@
 """Learners' mistakes: each gives a message that says what happened and what
 to do, and leaves the interpreter stack exactly as it was."""
 import contextlib
+import re
 
 import numpy as np
 import pytest
@@ -323,6 +324,15 @@ def test_a_stackless_tracer_with_no_current_trace():
       anp.sin(x)
 
 
+def test_an_escaped_stackless_tracer_says_it_escaped():
+  """Not "make the trace current": its trace has finished."""
+  from autodidax import stackless as sl
+  leak = []
+  sl.jvp(lambda x: leak.append(x) or x, (1.,), (1.,))
+  with raises_cleanly(core.EscapedTracerError, "escaped", "finished"):
+    anp.sin(leak[0])
+
+
 def test_a_stackless_tracer_at_the_evaluator():
   """An operation on a stackless tracer while the evaluator is current (a rule
   run without its parent current): the message says so, not "use anp"."""
@@ -333,3 +343,56 @@ def test_a_stackless_tracer_at_the_evaluator():
       with raises_cleanly(core.TracerArrayConversionError, "the evaluator was the current trace",
                           "set_current_trace(self.parent)"):
         anp.sin(x)
+
+
+# --- Round 3: errors where JAX raises, and collectives' axes -----------------------------
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: anp.reshape(np.arange(6.), (-1, -1)), "only specify one unknown dimension"),
+    (lambda: anp.concatenate([]), "at least one array"),
+    (lambda: adx.grad(lambda x: x * 2., argnums=())(1.), "argnums=()"),
+])
+def test_errors_jax_also_raises(call, match):
+  with pytest.raises(ValueError, match=re.escape(match)):
+    call()
+
+
+def test_arange_takes_numpy_scalar_bounds_dtype():
+  assert anp.arange(np.int32(0), np.int32(5)).dtype == np.int32
+  assert anp.arange(0, 5).dtype == np.int64
+  assert anp.arange(np.float32(0), 2.).dtype == np.float32
+
+
+@pytest.mark.parametrize("f", [
+    lambda x: lax.all_gather(x, "i", axis=2),           # rank 1: axes -2..1
+    lambda x: lax.all_gather(x, "i", axis=-3),
+    lambda x: lax.all_gather(x, "i", axis=1, tiled=True),
+    lambda x: lax.psum_scatter(x, "i", scatter_dimension=3),
+    lambda x: lax.all_gather(x.sum(), "i", tiled=True),  # rank 0
+    lambda x: lax.psum_scatter(x.sum(), "i"),
+])
+def test_collective_axis_out_of_range_raises_as_jax(f):
+  """They wrapped around (axis % rank) to a plausible array, or divided by 0."""
+  with pytest.raises(ValueError, match="out of bounds for array of dimension"):
+    adx.vmap(f, axis_name="i")(np.ones((2, 2)))
+
+
+def test_psum_over_no_axes_is_the_identity():
+  x = np.arange(3.)
+  np.testing.assert_array_equal(lax.psum(x, ()), x)
+  np.testing.assert_array_equal(adx.vmap(lambda v: lax.pmax(v, []), axis_name="i")(x), x)
+
+
+def test_a_jit_sharding_longer_than_the_rank_raises_as_jax():
+  from autodidax.sharding import NamedSharding, P
+  s = NamedSharding(adx.make_mesh((1,), ("x",)), P("x", None))
+  with pytest.raises(ValueError, match=r"argument 0 \(f64\[3\]\) has 2 entries"):
+    adx.jit(lambda v: v * 2, in_shardings=s)(np.ones(3))
+  with pytest.raises(ValueError, match=r"output 0 \(f64\[3\]\) has 2 entries"):
+    adx.jit(lambda v: v * 2, out_shardings=s)(np.ones(3))
+
+
+def test_device_put_of_a_scalar_to_a_mesh():
+  from autodidax.sharding import NamedSharding, P
+  a = adx.device_put(np.float64(2.), NamedSharding(adx.make_mesh((1,), ("x",)), P()))
+  assert np.asarray(a).shape == () and float(np.asarray(a)) == 2.

@@ -333,3 +333,10 @@ def test_batched_cond_sends_no_nan_back_from_a_branch_not_taken(wrap):
   for o, t in zip(g(w, xs), want):
     np.testing.assert_allclose(o, t, rtol=1e-12)
     assert np.isfinite(o).all()
+
+
+def test_jit_of_grad_of_a_python_float_is_weakly_typed_as_jax():
+  for ours, theirs in [(anp.sin, jnp.sin), (lambda x: x * 3., lambda x: x * 3.)]:
+    got = adx.jit(adx.grad(ours))(0.7)
+    assert got.aval.weak_type == jax.typeof(jax.jit(jax.grad(theirs))(0.7)).weak_type == True  # noqa: E712
+  assert isinstance(adx.grad(anp.sin)(0.7), (np.ndarray, np.generic))   # eagerly, still an array

@@ -315,6 +315,34 @@ def test_print_saved_residuals_lists_what_jax_lists(case):
   assert all("unknown" not in line for line in got)
 
 
+def transformed_examples():
+  """Functions under vmap and jit, a jit inside, a cond: as JAX lists them."""
+  x = np.arange(1., 4.)
+
+  def make(A, np_, L):
+    scaled = lambda x, y: np_.sin(x) * y   # noqa: E731
+    def inner(x):
+      return np_.sin(x) * x
+    return {
+        "vmap": (A.vmap(scaled), (x, x)),
+        "jit": (A.jit(scaled), (x, x)),
+        "jit of a lambda": (A.jit(lambda v: np_.sum(np_.sin(v))), (x,)),
+        "a jit inside": (lambda x: np_.sum(A.jit(inner)(x)), (x,)),
+        "cond": (lambda x: L.cond(np_.sum(x) > 0, lambda v: np_.sum(np_.sin(v)),
+                                  lambda v: np_.sum(np_.cos(v)), x), (x,)),
+    }
+  ours, theirs = make(adx, anp, lax), make(jax, jnp, jax.lax)
+  for name in ours:
+    yield name, ours[name][0], theirs[name][0], ours[name][1]
+
+
+@pytest.mark.parametrize("case", list(transformed_examples()), ids=lambda c: c[0])
+def test_print_saved_residuals_of_transformed_functions(case):
+  _, ours, theirs, args = case
+  assert (saved_lines(print_saved_residuals, ours, *args)
+          == saved_lines(jax_print_saved_residuals, theirs, *args))
+
+
 def test_saved_residuals_inside_jit_and_a_scan_name_their_source():
   x = np.ones(3)
   lines = saved_lines(print_saved_residuals, adx.jit(lambda x: anp.sum(anp.sin(x) * x)), x)

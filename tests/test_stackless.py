@@ -468,3 +468,37 @@ def test_dispatch_recording_and_stepper():
     assert label in svg, label
   widget = rec.stepper()
   assert len(widget.children[1].options) == len(rec)
+
+
+# --- Entry points for shard_map and custom rules ----------------------------------------
+
+def test_shard_map_under_each_stackless_transformation():
+  """shard_map traces its body with the running design (it raised "belongs to
+  a level-based transformation" under every stackless transformation)."""
+  mesh = adx.make_mesh((1,), ("data",))
+  f = adx.shard_map(lambda x: lax.psum(x * 2., "data") + lax.axis_index("data"),
+                    mesh=mesh, in_specs=adx.P("data"), out_specs=adx.P("data"))
+  x = np.arange(4.)
+  np.testing.assert_allclose(sl.jit(f)(x), 2 * x)
+  np.testing.assert_allclose(sl.grad(lambda v: f(v).sum())(x), 2 * np.ones(4))
+  np.testing.assert_allclose(sl.jvp(f, (x,), (x,))[1], 2 * x)
+  np.testing.assert_allclose(sl.vmap(f)(np.stack([x, -x])), np.stack([2 * x, -2 * x]))
+
+
+def test_custom_vjp_bwd_calling_stackless_vjp():
+  """bwd runs in the design that runs the backward pass, under vmap, scan
+  and cond too."""
+  @adx.custom_vjp
+  def f(x):
+    return anp.sin(x)
+
+  def bwd(x, ct):
+    return sl.vjp(anp.sin, x)[1](ct)
+  f.defvjp(lambda x: (f(x), x), bwd)
+  xs = np.arange(3.)
+  np.testing.assert_allclose(sl.vmap(sl.grad(f))(xs), np.cos(xs))
+  np.testing.assert_allclose(sl.grad(lambda x: sl.vmap(f)(x).sum())(xs), np.cos(xs))
+  scan = lambda x: lax.scan(lambda c, xi: (c + f(xi), None), 0., x)[0]   # noqa: E731
+  np.testing.assert_allclose(sl.grad(scan)(xs), np.cos(xs))
+  np.testing.assert_allclose(sl.grad(lambda x: lax.cond(x > 0, f, anp.cos, x))(0.5),
+                             np.cos(0.5))

@@ -31,8 +31,10 @@ import argparse
 import copy
 import hashlib
 import json
+import os
 import re
 import sys
+import tempfile
 from pathlib import Path
 
 import nbformat
@@ -154,14 +156,20 @@ def execute(nb, timeout=300) -> nbformat.NotebookNode:
   """Run a copy of `nb` in a fresh python3 kernel in exercises/; raise on any error."""
   from nbclient import NotebookClient
   from nbclient.exceptions import CellExecutionError
+  from jupyter_client.manager import AsyncKernelManager
   nb = copy.deepcopy(nb)
-  client = NotebookClient(nb, kernel_name="python3", timeout=timeout,
-                          record_timing=False,
-                          resources={"metadata": {"path": str(EXERCISES)}})
-  try:
-    client.execute()
-  except CellExecutionError as e:
-    raise SourceError(f"the reference notebook failed:\n{e}") from None
+  # Unix sockets in a fresh folder, not TCP ports: kernels started at once by
+  # parallel test workers could pick the same port, and one then dies at start.
+  with tempfile.TemporaryDirectory(prefix="coursekit-kernel-") as sockets:
+    km = AsyncKernelManager(kernel_name="python3", transport="ipc",
+                            connection_file=os.path.join(sockets, "kernel.json"))
+    client = NotebookClient(nb, km=km, timeout=timeout, startup_timeout=120,
+                            record_timing=False,
+                            resources={"metadata": {"path": str(EXERCISES)}})
+    try:
+      client.execute()
+    except CellExecutionError as e:
+      raise SourceError(f"the reference notebook failed:\n{e}") from None
   return nb
 
 
@@ -181,8 +189,6 @@ def coalesce_streams(outputs: list) -> list:
 def reference(path: Path) -> tuple[nbformat.NotebookNode, str]:
   """The executed reference notebook (solutions kept) of one source, and its
   probes' records at seed 0 (JSON: what the stub's check cells compare with)."""
-  import os
-  import tempfile
   with tempfile.TemporaryDirectory() as tmp:
     old = os.environ.get("COURSEKIT_RECORD")
     os.environ["COURSEKIT_RECORD"] = tmp   # the kernel's check cells store, not compare

@@ -537,7 +537,8 @@ def _integer_pow_jvp(primals, tangents, *, y):
   out = lax.integer_pow(x, y)
   if y == 0:
     return out, Zero.from_value(out)
-  slope = lax.mul(float(y), lax.integer_pow(x, y - 1)) if y != 1 else 1.
+  # As JAX's rule: x itself for x ** 1 (no integer_pow[y=1] equation)
+  slope = lax.mul(float(y), x if y == 2 else lax.integer_pow(x, y - 1)) if y != 1 else 1.
   return out, lax.mul(x_dot, slope)
 
 

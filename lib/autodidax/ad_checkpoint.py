@@ -275,6 +275,7 @@ abstract_eval_rules[remat_p] = _remat_abstract_eval
 ad.jvp_rules[remat_p] = _remat_jvp
 ad.transpose_rules[remat_p] = _remat_transpose
 batching.vmap_rules[remat_p] = _remat_vmap
+batching.axis_vmap_rules[remat_p] = batching.named_axis_rule(_remat_vmap)
 pe.partial_eval_rules[remat_p] = _remat_partial_eval
 lowering.lowering_rules[remat_p] = _remat_lowering
 # FLOPS: a remat costs what its jaxpr costs when it runs, recomputation
@@ -430,7 +431,7 @@ def saved_residuals(f, *args) -> list[tuple]:
     return linearize_flat(flat_fun, list(xs))[2]   # the residuals
 
   avals = [shaped_abstractify(x) for x in args_flat]
-  with _recording_sources() as sources:
+  with _recording_sources(sys._getframe()) as sources:
     jaxpr, _ = pe.trace_to_jaxpr_dynamic(residuals_of, avals)
     sources.flush()
   return _describe_residuals(jaxpr, names, sources)
@@ -509,7 +510,8 @@ _STDLIB = str(Path(contextlib.__file__).resolve().parent) + "/"
 
 
 class _Sources:
-  def __init__(self):
+  def __init__(self, boundary):
+    self.boundary = boundary   # saved_residuals' frame: beyond it, no source
     self.by_var: dict = {}     # Var -> "file:line:col (function)"
     self.pending: list = []    # (BindEvent, source), outputs not seen
 
@@ -533,7 +535,7 @@ class _Sources:
 
   def _source(self) -> str:
     frame = sys._getframe(3)   # above _source, observe and core.hooks._observed
-    while frame is not None:
+    while frame is not None and frame is not self.boundary:
       filename = str(Path(frame.f_code.co_filename).resolve())
       if not filename.startswith((_LIBRARY, _STDLIB)):
         return _summarize(frame)
@@ -544,7 +546,7 @@ class _Sources:
         if eqn.out_binders[0] in self.by_var:
           return self.by_var[eqn.out_binders[0]]
       frame = frame.f_back
-    return "unknown"
+    return "" if frame is not None else "unknown"   # no line of f's, as JAX
 
 
 def _summarize(frame) -> str:
@@ -558,7 +560,7 @@ def _summarize(frame) -> str:
 
 
 @contextmanager
-def _recording_sources():
-  sources = _Sources()
+def _recording_sources(boundary=None):
+  sources = _Sources(boundary)
   with core.observe_binds(sources.observe):
     yield sources

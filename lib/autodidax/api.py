@@ -118,6 +118,7 @@ def vmap(fun, in_axes=0, out_axes=0, axis_name=None, axis_size=None):
     outs = [_move_out(size, v, bd, ax) for v, bd, ax in zip(vals_out, bdims_out, out_axes_flat)]
     return tree_unflatten(out_tree, outs)
   batched_fun.__name__ = f"vmap({getattr(fun, '__name__', 'fun')})"
+  batched_fun.__wrapped__ = fun   # its signature is fun's, as JAX's wraps says
   return batched_fun
 
 
@@ -384,6 +385,9 @@ def value_and_grad(fun, argnums=0, has_aux=False):
     if kwargs:
       return value_and_grad(lambda *a: fun(*a, **kwargs), argnums, has_aux)(*args)
     nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+    if not nums:
+      raise TransformationError("grad: argnums=() picks no argument to differentiate "
+                                "with respect to; give at least one")
     for i in nums:
       if not -len(args) <= i < len(args):
         raise TransformationError(f"grad: argnums={argnums} but the function got "
@@ -412,7 +416,10 @@ def value_and_grad(fun, argnums=0, has_aux=False):
           f"grad requires a function returning one real scalar, but it returned "
           f"{got}{' (with has_aux=True, return (scalar, aux))' if has_aux else ''}. "
           "For non-scalar outputs use vjp, or jacrev/jacfwd for Jacobians.")
-    grads = f_vjp(np.ones((), aval.dtype))
+    # A weakly typed traced output's seed is weak too (a Python 1.0), so that
+    # jit(grad(f))(0.7) is weakly typed, as JAX's; eagerly, an array.
+    weak = isinstance(out, Tracer) and aval.weak_type and aval.dtype == np.float64
+    grads = f_vjp(1. if weak else np.ones((), aval.dtype))
     grads = grads[0] if isinstance(argnums, int) else tuple(grads)
     return ((out, res[2]), grads) if has_aux else (out, grads)
   return value_and_grad_fun

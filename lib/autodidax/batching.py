@@ -182,7 +182,7 @@ def batch_jaxpr_axes(jaxpr: Jaxpr, axis_size: int, in_dims: tuple, force: tuple,
       dims_out = [not_mapped] * len(outs)
     else:   # vmap_flat; inside a stackless transformation, its own (unnamed only)
       body = lambda *xs: eval_jaxpr(jaxpr, [], *xs)   # noqa: E731
-      with _rule_axis(None):   # the rules inside run under their own vmaps
+      with rule_axis(None):   # the rules inside run under their own vmaps
         outs, dims_out, _ = (
             current_design().vmap(body, in_dims, *args) if axis_name is None else
             vmap_flat(body, in_dims, *args, axis_name=axis_name, axis_size=axis_size))
@@ -197,13 +197,21 @@ def batch_jaxpr_axes(jaxpr: Jaxpr, axis_size: int, in_dims: tuple, force: tuple,
 
 
 # The name of the vmap whose rule is batching a sub-jaxpr (None: unnamed). A
-# named vmap calls the rules of cond, while and scan through `named_axis_rule`,
-# which sets it, so that collectives over the name inside find their vmap.
+# named vmap calls the rules of higher-order primitives (cond, while, scan,
+# remat, custom_jvp_call, custom_vjp_call) through `named_axis_rule`, which
+# sets it, so that collectives over the name inside find their vmap.
 _rule_axis_name = None
 
 
+def rule_axis_name():
+  """The name `batch_jaxpr` batches under now. A rule that batches a jaxpr
+  later (a custom rule's, when a derivative asks for it) keeps it, and
+  batches under `rule_axis(name)`."""
+  return _rule_axis_name
+
+
 @contextmanager
-def _rule_axis(name):
+def rule_axis(name):
   global _rule_axis_name
   prev, _rule_axis_name = _rule_axis_name, name
   try:
@@ -212,10 +220,13 @@ def _rule_axis(name):
     _rule_axis_name = prev
 
 
+
 def named_axis_rule(rule):
-  """`rule(axis_size, ...)`, which calls `batch_jaxpr`, as a rule of `axis_vmap_rules`."""
+  """`rule(axis_size, ...)`, which calls `batch_jaxpr`, as a rule of
+  `axis_vmap_rules`: the one way every higher-order primitive whose rule
+  batches its jaxprs with `batch_jaxpr` gets its named-axis rule."""
   def named(axis_data, vals_in, dims_in, **params):
-    with _rule_axis(axis_data.name):
+    with rule_axis(axis_data.name):
       return rule(axis_data.size, vals_in, dims_in, **params)
   return named
 

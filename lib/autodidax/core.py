@@ -438,8 +438,17 @@ def new_dynamic(main: MainTrace):
     dynamic_trace = prev
 
 
+# Set by autodidax.parallel: `named_axis_hook(prim, args, params) -> args`
+# boxes the operands of a higher-order primitive whose jaxprs use a named
+# vmap's axis for that vmap, when it sits above them, as a collective's own
+# bind does: then the vmap's rule batches the jaxprs under its name.
+named_axis_hook = None
+
+
 def bind(prim: Primitive, *args, **params) -> list:
   """Apply `prim`: the top interpreter among the arguments handles it."""
+  if named_axis_hook is not None and len(trace_stack) > 1:
+    args = named_axis_hook(prim, args, params)
   trace = find_top_trace(args)
   outs = trace.process_primitive(prim, [full_raise(trace, x) for x in args], params)
   return [full_lower(y) for y in outs]
@@ -585,7 +594,7 @@ class BindHooks:
       return self.design.bind(prim, args, params)
     if self.observers:
       return self._observed(prim, args, params)
-    if dynamic_trace is None:
+    if dynamic_trace is None and (named_axis_hook is None or len(trace_stack) == 1):
       for x in args:
         if type(x) not in array_types:
           break

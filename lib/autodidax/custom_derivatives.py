@@ -31,7 +31,7 @@ from . import ad, batching, core, lax, lowering
 from . import partial_eval as pe
 from .ad import Zero, instantiate_zeros
 from .api_util import shaped_abstractify
-from .batching import batch_jaxpr, not_mapped
+from .batching import batch_jaxpr, named_axis_rule, not_mapped
 from .control_flow.common import at_axis0, avals_str, trace_flat
 from .core import (Primitive, ShapedArray, Tracer, abstract_eval_rules,
                    full_raise, get_aval, impl_rules, raise_to_shaped)
@@ -428,18 +428,23 @@ def _custom_jvp_call_vmap(axis_size, vals_in, dims_in, *, name, call_jaxpr,
 
 
 batching.vmap_rules[custom_jvp_call_p] = _custom_jvp_call_vmap
+batching.axis_vmap_rules[custom_jvp_call_p] = named_axis_rule(
+    _custom_jvp_call_vmap)
 
 
 def batch_rule_jaxpr(jaxpr, consts, axis_size, new_const_avals, in_batched,
-                     force, what):
+                     force, what, axis_name=None, num_free=0):
   """Batch a rule's jaxpr, whose inputs are `*consts, *operands`
   (`in_batched` and `force` as for `batch_jaxpr`, for the operands and the
-  outputs). Batching the body may have added consts in front of the
-  equation's operands: the result takes them too (`new_const_avals`), and
-  ignores them. Returns (jaxpr, consts)."""
+  outputs), under the named vmap `axis_name` (None: unnamed). Batching the
+  body may have added consts in front of the equation's operands: the
+  result takes them too (`new_const_avals`), and ignores them. The first
+  `num_free` outputs (a fwd's residuals) may come out batched or not.
+  Returns (jaxpr, consts, which outputs are batched)."""
   in_b = (False,) * len(consts) + tuple(in_batched)
-  j, j_consts, got = batch_jaxpr(jaxpr, axis_size, in_b, tuple(force))
-  if list(got) != list(force):
+  with batching.rule_axis(axis_name):
+    j, j_consts, got = batch_jaxpr(jaxpr, axis_size, in_b, tuple(force))
+  if list(got[num_free:]) != list(force[num_free:]):
     raise TypeError(
         f"{what} returns outputs that vary across the vmap batch where the "
         "custom function's outputs don't; make each output of the rule "
@@ -448,7 +453,7 @@ def batch_rule_jaxpr(jaxpr, consts, axis_size, new_const_avals, in_batched,
   ignored = [Var(a) for a in new_const_avals]
   jaxpr = Jaxpr([], j.invars[:k] + ignored + j.invars[k:], j.eqns,
                 j.outvars)
-  return jaxpr, [*j_consts, *consts]
+  return jaxpr, [*j_consts, *consts], tuple(got)
 
 
 class BatchedJVPRule:
@@ -461,6 +466,7 @@ class BatchedJVPRule:
     self.rule, self.axis_size = rule, axis_size
     self.new_const_avals, self.num_consts = new_const_avals, num_consts
     self.in_batched, self.out_batched = in_batched, out_batched
+    self.axis_name = batching.rule_axis_name()
     self._jaxprs: dict = {}
 
   def __repr__(self):
@@ -474,9 +480,9 @@ class BatchedJVPRule:
           b for b, z in zip(args_b, in_zeros) if not z)
       force = self.out_batched + tuple(
           b for b, z in zip(self.out_batched, out_zeros) if not z)
-      jaxpr, consts = batch_rule_jaxpr(
+      jaxpr, consts, _ = batch_rule_jaxpr(
           jaxpr, consts, self.axis_size, self.new_const_avals, in_b, force,
-          f"The custom JVP rule {self.rule!r}")
+          f"The custom JVP rule {self.rule!r}", self.axis_name)
       self._jaxprs[in_zeros] = jaxpr, consts, out_zeros
     return self._jaxprs[in_zeros]
 
@@ -705,10 +711,7 @@ class BwdRule:
           f"The custom VJP bwd {self.name} of {self.fun_name} returned a "
           f"cotangent of type {ct_aval.str_short()} for an input of type "
           f"{aval.str_short()}; they must have the same shape.")
-    inexact = np.issubdtype(aval.dtype, np.inexact)
-    if ct_aval.dtype != aval.dtype and inexact:
-      return lax.convert_element_type(ct, aval.dtype)
-    return ct
+    return ct   # another float dtype passes on as it is, as in JAX
 
 
 def cotangent_leaves(ct, tree):
@@ -790,17 +793,30 @@ def _custom_vjp_call_vmap(axis_size, vals_in, dims_in, *, name, call_jaxpr,
 
 
 batching.vmap_rules[custom_vjp_call_p] = _custom_vjp_call_vmap
+batching.axis_vmap_rules[custom_vjp_call_p] = named_axis_rule(
+    _custom_vjp_call_vmap)
+
+
+class BatchedResiduals:
+  """The residuals' structure a batched fwd returns: the unbatched fwd's
+  (`tree`), and which residual leaves are batched (at axis 0)."""
+
+  def __init__(self, tree, batched: tuple):
+    self.tree, self.batched = tree, batched
+    self.num_leaves = tree.num_leaves
 
 
 class BatchedFwd:
   """`fwd` of a batched custom_vjp_call: the unbatched fwd, batched like
-  the body; every residual comes out batched (at axis 0), for BatchedBwd."""
+  the body. A residual is batched (at axis 0) or not, as it comes out;
+  BatchedResiduals tells BatchedBwd which."""
 
   def __init__(self, fwd, axis_size, new_const_avals, in_batched,
                out_batched):
     self.fwd, self.axis_size = fwd, axis_size
     self.new_const_avals = new_const_avals
     self.in_batched, self.out_batched = in_batched, out_batched
+    self.axis_name = batching.rule_axis_name()
     self._jaxprs: dict = {}
 
   def __repr__(self):
@@ -809,28 +825,34 @@ class BatchedFwd:
   def __call__(self, nonzeros: tuple):
     if nonzeros not in self._jaxprs:
       jaxpr, consts, res_tree = self.fwd(nonzeros)
-      force = (True,) * res_tree.num_leaves + self.out_batched
-      jaxpr, consts = batch_rule_jaxpr(
+      n_res = res_tree.num_leaves
+      force = (False,) * n_res + self.out_batched
+      jaxpr, consts, got = batch_rule_jaxpr(
           jaxpr, consts, self.axis_size, self.new_const_avals,
-          self.in_batched, force, f"The custom VJP fwd {self.fwd!r}")
+          self.in_batched, force, f"The custom VJP fwd {self.fwd!r}",
+          self.axis_name, n_res)
+      res_tree = BatchedResiduals(res_tree, got[:n_res])
       self._jaxprs[nonzeros] = jaxpr, consts, res_tree
     return self._jaxprs[nonzeros]
 
 
 class BatchedBwd:
   """`bwd` of a batched custom_vjp_call: the unbatched bwd under vmap. Its
-  residuals are batched (BatchedFwd makes them so), each cotangent like
-  its output; an input that is not batched gets the sum over the batch."""
+  residuals are batched where BatchedFwd's are, each cotangent like its
+  output. An input that is not batched gets the sum over the batch of what
+  bwd gives it batched; what comes out unbatched (from unbatched residuals
+  and cotangents alone) counts once, as in JAX."""
 
   def __init__(self, bwd, axis_size, in_batched, out_batched):
     self.bwd, self.axis_size = bwd, axis_size
     self.in_batched, self.out_batched = in_batched, out_batched
+    self.axis_name = batching.rule_axis_name()
 
   def __repr__(self):
     return repr(self.bwd)
 
-  def __call__(self, res_tree, *args):
-    n_res = res_tree.num_leaves
+  def __call__(self, batched_res, *args):
+    res_tree, n_res = batched_res.tree, batched_res.num_leaves
     res, cts = args[:n_res], args[n_res:]
     symbolic = {i for i, ct in enumerate(cts) if type(ct) is SymbolicZero}
     zero_outs: list = []
@@ -845,13 +867,19 @@ class BatchedBwd:
       return [np.zeros(o.aval.shape, o.aval.dtype) if type(o) is Zero
               else o for o in outs]
     nonzero = [ct for i, ct in enumerate(cts) if i not in symbolic]
-    dims = [0] * n_res + [0 if b else not_mapped for i, b in
-                          enumerate(self.out_batched) if i not in symbolic]
-    if all(d is not_mapped for d in dims):   # nothing to map: run once
+    dims = [0 if b else not_mapped for b in batched_res.batched] + [
+        0 if b else not_mapped for i, b in enumerate(self.out_batched)
+        if i not in symbolic]
+    if self.axis_name is not None:   # collectives in bwd find their vmap
+      outs, out_dims, _ = batching.vmap_flat(
+          one, dims, *res, *nonzero, axis_name=self.axis_name,
+          axis_size=self.axis_size)
+    elif all(d is not_mapped for d in dims):   # nothing to map: run once
       outs = one(*res, *nonzero)
       out_dims = [not_mapped] * len(outs)
     else:
-      outs, out_dims, _ = batching.vmap_flat(one, dims, *res, *nonzero)
+      outs, out_dims, _ = core.current_design().vmap(one, dims, *res,
+                                                     *nonzero)
     return [self._match(o, d, b, z) for o, d, b, z in
             zip(outs, out_dims, self.in_batched, zero_outs)]
 

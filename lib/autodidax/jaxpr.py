@@ -250,7 +250,9 @@ def _pp_atom(x: Atom, names: VarNames) -> str:
   return names[x]
 
 
-def pp_param(v, names: "VarNames", indent: int) -> str:
+def pp_param(v, names: "VarNames", indent: int, column: int | None = None) -> str:
+  """`v` as a parameter printed at `column` (after its `key=`), in an
+  equation indented by `indent`."""
   if isinstance(v, np.dtype):
     return v.name
   if isinstance(v, str):
@@ -259,7 +261,7 @@ def pp_param(v, names: "VarNames", indent: int) -> str:
     return v.__qualname__                 # not an address that changes each run
   if isinstance(v, (Jaxpr, ClosedJaxpr)):
     inner = v.jaxpr if isinstance(v, ClosedJaxpr) else v
-    return pp_jaxpr(inner, indent=indent, names=names)
+    return pp_jaxpr(inner, indent=indent, names=names, column=column)
   if isinstance(v, tuple) and v and all(isinstance(e, (Jaxpr, ClosedJaxpr)) for e in v):
     pad = " " * (indent + 2)
     return "(\n" + "\n".join(pad + pp_param(e, names, indent + 2) for e in v) + "\n" + " " * indent + ")"
@@ -292,7 +294,8 @@ def pp_eqn(eqn: JaxprEqn, names: VarNames, indent: int = 4) -> str:
   items = eqn_params(eqn)
   if any(has_jaxpr(v) for _, v in items):
     pad = " " * (indent + 2)
-    lines = "\n".join(f"{pad}{k}={pp_param(v, names, indent + 2)}" for k, v in items)
+    lines = "\n".join(f"{pad}{k}={pp_param(v, names, indent + 2, len(pad) + len(k) + 1)}"
+                      for k, v in items)
     params = f"[\n{lines}\n{' ' * indent}]"
   else:
     params = " ".join(f"{k}={pp_param(v, names, indent)}" for k, v in items)
@@ -300,9 +303,11 @@ def pp_eqn(eqn: JaxprEqn, names: VarNames, indent: int = 4) -> str:
   return f"{lhs} = {eqn.primitive.name}{params} {args}"
 
 
-def pp_jaxpr(jaxpr: Jaxpr, width: int = 80, indent: int = 0, names: VarNames | None = None) -> str:
+def pp_jaxpr(jaxpr: Jaxpr, width: int = 80, indent: int = 0, names: VarNames | None = None,
+             column: int | None = None) -> str:
   """Print like JAX: on one line when it fits in `width`, else one equation a
-  line. `indent` is the column the jaxpr starts at (for nested jaxprs)."""
+  line. `indent` is the indentation of nested jaxprs' lines, `column` the
+  column the jaxpr starts at (after a `key=`; by default, `indent`)."""
   names = names or VarNames()
   binders = lambda vs: " ".join(f"{names[v]}:{v.aval.str_short()}" for v in vs)
   head = f"{{ lambda {binders(jaxpr.constvars)}; {binders(jaxpr.invars)}. let"
@@ -310,7 +315,7 @@ def pp_jaxpr(jaxpr: Jaxpr, width: int = 80, indent: int = 0, names: VarNames | N
   outs = ", ".join(_pp_atom(x, names) for x in jaxpr.outvars)
   outs = f"({outs}{',' if len(jaxpr.outvars) == 1 else ''})"
   one_line = f"{head} {'; '.join(eqns)} in {outs} }}"
-  if len(one_line) + indent <= width and "\n" not in one_line:
+  if len(one_line) + (indent if column is None else column) <= width and "\n" not in one_line:
     return one_line
   pad = " " * indent
   body = "\n".join(f"{pad}    {e}" for e in eqns)

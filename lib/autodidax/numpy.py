@@ -567,7 +567,10 @@ def arange(start, stop=None, step=None, dtype=None):
   _static("arange", start, stop, step)
   args = [a for a in (start, stop, step) if a is not None]
   kind = "f" if any(isinstance(a, float) or _np.result_type(a).kind == "f" for a in args) else "i"
-  dtype = dtype or (float64 if kind == "f" else int64)
+  if dtype is None:   # Python numbers are weak: NumPy scalars' dtypes win, as in JAX
+    strong = [_np.result_type(a) for a in args if not isinstance(a, (int, float))]
+    strong = [d for d in strong if d.kind == kind]
+    dtype = _np.result_type(*strong) if strong else (float64 if kind == "f" else int64)
   return _np.arange(*args, dtype=dtypes.check(dtype))
 
 
@@ -585,7 +588,9 @@ def concatenate(arrays, axis=0):
   arrays = list(arrays)
   if axis is None:
     arrays, axis = [reshape(a, -1) for a in arrays], 0
-  if not arrays or _np.ndim(arrays[0]) == 0:
+  if not arrays:
+    raise ValueError("concatenate: need at least one array to concatenate")
+  if _np.ndim(arrays[0]) == 0:
     raise ValueError("concatenate: zero-dimensional arrays can't be "
                      "concatenated (stack them instead)")
   arrays = _promote(*arrays)   # (lax.concatenate checks the ranks agree)
@@ -614,6 +619,8 @@ def transpose(x, axes=None):
 
 def reshape(x, newshape):
   newshape = (newshape,) if isinstance(newshape, int) else tuple(newshape)
+  if newshape.count(-1) > 1:
+    raise ValueError(f"reshape: can only specify one unknown dimension (-1), got {newshape}")
   if -1 in newshape:   # infer the one missing size
     known = math.prod(d for d in newshape if d != -1)
     newshape = tuple(_np.size(x) // builtins.max(known, 1) if d == -1 else d

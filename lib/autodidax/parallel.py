@@ -25,6 +25,8 @@ from . import numpy as anp
 from .batching import (NamedBatchTrace, axis_vmap_rules, move_batch_axis, moveaxis,
                        not_mapped, vmap_rules)
 from .core import Primitive, ShapedArray, abstract_eval_rules, impl_rules, raise_to_shaped
+from .jaxpr import Jaxpr
+from .util import cache_by_jaxpr
 from .lowering import mlir_type
 from .tree_util import tree_flatten, tree_unflatten
 
@@ -129,6 +131,49 @@ class CollectivePrimitive(Primitive):
     return super().bind(*args, **params)
 
 
+def _used_axis_names(params) -> set:
+  """The axis names that collectives in the jaxprs of `params` use."""
+  names: set = set()
+  for v in params.values():
+    for j in (v if isinstance(v, tuple) else (v,)):
+      j = getattr(j, "jaxpr", j)   # a ClosedJaxpr's Jaxpr
+      if isinstance(j, Jaxpr):
+        names |= _jaxpr_axis_names(j)
+  return names
+
+
+@cache_by_jaxpr
+def _jaxpr_axis_names(jaxpr) -> set:
+  names: set = set()
+  for eqn in jaxpr.eqns:
+    if isinstance(eqn.primitive, CollectivePrimitive):
+      names |= set(eqn.params["axes"])
+    names |= _used_axis_names(eqn.params)
+  return frozenset(names)
+
+
+def _named_axis_hook(prim, args, params):
+  """A higher-order primitive (it has a named-axis rule) whose jaxprs use a
+  named vmap's axis goes to that vmap, even if no operand is batched there:
+  its operands are boxed for it, as CollectivePrimitive.bind does."""
+  if prim not in axis_vmap_rules or isinstance(prim, CollectivePrimitive):
+    return args
+  if core.current_design() is not core.levels:
+    return args
+  mains = [axis_frame(name) for name in _used_axis_names(params)]
+  mains = [f.main for f in mains if f is not None and f.main is not None]
+  if not mains:
+    return args
+  main = max(mains, key=lambda m: m.level)
+  if main.level <= core.find_top_trace(args).main.level:
+    return args
+  trace = main.trace_type(main)
+  return [core.full_raise(trace, x) for x in args]
+
+
+core.named_axis_hook = _named_axis_hook
+
+
 psum_p = CollectivePrimitive("psum")
 pmax_p = CollectivePrimitive("pmax")
 pmin_p = CollectivePrimitive("pmin")
@@ -140,11 +185,20 @@ collective_primitives = (psum_p, pmax_p, pmin_p, all_gather_p, psum_scatter_p,
                          ppermute_p, axis_index_p)
 
 
-def _names(axis_name) -> tuple:
+def _names(axis_name, empty_ok=False) -> tuple:
   names = tuple(axis_name) if isinstance(axis_name, (tuple, list)) else (axis_name,)
-  if not names:
+  if not names and not empty_ok:
     raise ValueError("a collective needs at least one axis name")
   return names
+
+
+def _check_axis(prim, axis, rank: int, lowest=None) -> int:
+  """`axis` of an array of rank `rank`, counted from 0 (a negative one, down
+  to `lowest`, from the end), or a ValueError, as JAX's: no wrapping around."""
+  if not (-rank if lowest is None else lowest) <= axis < rank:
+    raise ValueError(f"{prim}: axis {axis} is out of bounds for array of "
+                     f"dimension {rank}")
+  return axis % rank
 
 
 def _tree_map(f, tree):
@@ -157,7 +211,9 @@ def _tree_map(f, tree):
 def psum(x, axis_name):
   """The sum of `x` over every element of the named axis (or axes), given to
   each element. `x` may be a pytree. `psum(1, 'i')` is the size of 'i'."""
-  axes = _names(axis_name)
+  axes = _names(axis_name, empty_ok=True)
+  if not axes:   # a sum over no axes
+    return x
   return _tree_map(lambda v: psum_p.bind(_bool_as_int(v), axes=axes), x)
 
 
@@ -176,12 +232,16 @@ def pmean(x, axis_name):
 
 
 def pmax(x, axis_name):
-  axes = _names(axis_name)
+  axes = _names(axis_name, empty_ok=True)
+  if not axes:
+    return x
   return _tree_map(lambda v: pmax_p.bind(v, axes=axes), x)
 
 
 def pmin(x, axis_name):
-  axes = _names(axis_name)
+  axes = _names(axis_name, empty_ok=True)
+  if not axes:
+    return x
   return _tree_map(lambda v: pmin_p.bind(v, axes=axes), x)
 
 
@@ -192,7 +252,7 @@ def all_gather(x, axis_name, *, axis: int = 0, tiled: bool = False):
   names = _names(axis_name)
 
   def gather(v):
-    ax, tile = axis % (np.ndim(v) + (not tiled)), tiled
+    ax, tile = _check_axis(all_gather_p, axis, np.ndim(v) + (not tiled)), tiled
     for name in reversed(names):   # the last name varies fastest: gather it first,
       v = all_gather_p.bind(v, axes=(name,), axis=ax, tiled=tile)   # then whole
       tile = True                                                   # blocks of it
@@ -207,7 +267,7 @@ def psum_scatter(x, axis_name, *, scatter_dimension: int = 0, tiled: bool = Fals
   names = _names(axis_name)
 
   def scatter(v):
-    d = scatter_dimension % np.ndim(v)
+    d = _check_axis(psum_scatter_p, scatter_dimension, np.ndim(v))
     _check_scatter(np.shape(v), d, axis_size(names), tiled, names)
     if len(names) > 1 and not tiled:   # split the dimension, then scatter tiled
       return lax.reshape(psum_scatter(v, names, scatter_dimension=d, tiled=True),
@@ -274,6 +334,7 @@ for _p in (psum_p, pmax_p, pmin_p):
 
 def _all_gather_abstract_eval(aval, *, axes, axis, tiled):
   _check_bound(all_gather_p, axes)
+  _check_axis(all_gather_p, axis, aval.ndim + (not tiled), lowest=0)
   n, shape = axis_size(axes), list(aval.shape)
   if tiled:
     shape[axis] *= n
@@ -290,6 +351,7 @@ def _check_scatter(shape, d, n, tiled, axes):
 
 def _psum_scatter_abstract_eval(aval, *, axes, scatter_dimension, tiled):
   _check_bound(psum_scatter_p, axes)
+  _check_axis(psum_scatter_p, scatter_dimension, aval.ndim, lowest=0)
   n, shape, d = axis_size(axes), list(aval.shape), scatter_dimension
   _check_scatter(shape, d, n, tiled, axes)
   if tiled:

@@ -26,7 +26,7 @@ from .core import Primitive, abstract_eval_rules, impl_rules, raise_to_shaped
 from .flop_count import flops_rules
 from .jaxpr import Jaxpr, JaxprEqn, Var, eval_jaxpr
 from .lowering import mlir_type
-from .partial_eval import closed_to_call_jaxpr, trace_to_jaxpr_dynamic
+from .partial_eval import closed_to_call_jaxpr, trace_to_jaxpr
 from .sharding import Mesh, NamedSharding, P, PartitionSpec
 from .tree_util import broadcast_prefix, flatten_fun, tree_flatten, tree_unflatten
 from .util import cache_by_jaxpr
@@ -82,7 +82,7 @@ def shard_map(f, *, mesh: Mesh, in_specs, out_specs, check_vma=True):
     local = [shard_aval(mesh, s, a) for s, a in zip(specs_in, avals)]
     flat_fun, out_tree = flatten_fun(f, in_tree)
     with parallel.extend_axis_env(mesh.shape):   # the names are bound
-      jaxpr, consts = trace_to_jaxpr_dynamic(flat_fun, local)
+      jaxpr, consts = trace_to_jaxpr(flat_fun, local)
     jaxpr, consts = closed_to_call_jaxpr(jaxpr, consts)
     skeleton = tree_unflatten(out_tree(), [0] * len(jaxpr.outvars))
     specs_out = tuple(broadcast_prefix(out_specs, skeleton, "out_specs"))
@@ -240,9 +240,9 @@ def _split(jaxpr, mesh, unknowns: tuple, in_specs, out_specs):
              for r, a in zip(res_ins[:num_res], res_avals)]
       return eval_jaxpr(jaxpr2, [], *res, *res_ins[num_res:])
 
-    j1 = closed_to_call_jaxpr(*trace_to_jaxpr_dynamic(known, jaxpr1.in_avals))
+    j1 = closed_to_call_jaxpr(*trace_to_jaxpr(known, jaxpr1.in_avals))
     res_local = [a if a.shape else a.update(shape=(1,)) for a in res_avals]
-    j2 = closed_to_call_jaxpr(*trace_to_jaxpr_dynamic(
+    j2 = closed_to_call_jaxpr(*trace_to_jaxpr(
         unknown, [*res_local, *jaxpr2.in_avals[num_res:]]))
   res_specs = (P(tuple(mesh.axis_names)),) * num_res
   ins_uk = [s for s, u in zip(in_specs, unknowns) if u]
@@ -334,7 +334,7 @@ def _transpose_body(jaxpr, mesh, undefined: tuple, in_specs, out_specs):
             else ct for ct, s in zip(cts_in, specs)]
 
   with parallel.extend_axis_env(mesh.shape):
-    jaxpr_t, consts = trace_to_jaxpr_dynamic(transposed,
+    jaxpr_t, consts = trace_to_jaxpr(transposed,
                                              res_avals + out_avals)
   return closed_to_call_jaxpr(jaxpr_t, consts)
 

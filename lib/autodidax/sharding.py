@@ -298,7 +298,7 @@ def shards_for(x, sharding: NamedSharding, aval: ShapedArray) -> list:
   if isinstance(x, ShardedArray) and sharding.same_layout(x.sharding, aval.ndim):
     return x._shards
   host = np.asarray(x, aval.dtype)
-  return [runtime.device_put_on(np.ascontiguousarray(host[index]), dev.handle)
+  return [runtime.device_put_on(np.array(host[index], order="C"), dev.handle)   # 0-d stays 0-d
           for dev, index in sharding.devices_indices_map(aval.shape).items()]
 
 

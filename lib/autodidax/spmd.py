@@ -243,6 +243,13 @@ def specialize(jitted, traced, dyn_args) -> None:
       raise TypeError(f"jit: shardings must be NamedShardings (or None), got {s!r}")
     if s is not None and s.mesh != mesh:
       raise ValueError(f"jit: every sharding must be on one mesh; got {s.mesh} and {mesh}")
+  avals = [*traced.jaxpr.in_avals[n_consts:], *traced.jaxpr.out_avals]
+  for k, (s, aval) in enumerate(zip([*ins, *outs], avals)):
+    if s is not None and len(s.spec) > aval.ndim:
+      what = f"argument {k}" if k < len(ins) else f"output {k - len(ins)}"
+      raise ValueError(f"jit: the sharding {s.spec} of {what} ({aval.str_short()}) has "
+                       f"{len(s.spec)} entries, more than its rank {aval.ndim}: give at "
+                       "most one per dimension")
   traced.mesh = mesh
   traced.in_shardings = (None,) * n_consts + tuple(ins)
   traced.out_shardings = tuple(outs)

@@ -39,7 +39,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from . import ad, batching, core
+from . import ad, batching, core, spmd
 from . import partial_eval as pe
 from .ad import JVPTracer, UndefPrimal, Zero, instantiate_zeros
 from .batching import BatchTracer, not_mapped
@@ -68,6 +68,11 @@ class Trace:
 
   @property
   def main(self):   # only Parts 1-4's `bind` asks for a level: no trace was current
+    if not self.live:   # a tracer that escaped a finished transformation
+      raise core.EscapedTracerError(
+          f"A tracer of {self!r} escaped: its transformation has finished (was it "
+          "saved to a global or an outer variable?). Return values from transformed "
+          "functions instead.")
     raise core.NoCurrentTraceError(self)
 
   def __repr__(self):
@@ -358,8 +363,12 @@ def jit(f):
       if not any(isinstance(c, core.Tracer) for c in staged[1]):
         cache[key] = staged   # (a closed-over tracer: good for this call only)
     jaxpr, consts, out_tree = staged
-    outs = xla_call_p.bind(*consts, *flat, jaxpr=jaxpr, num_consts=len(consts),
-                           name=name)
+    params = dict(jaxpr=jaxpr, num_consts=len(consts), name=name)
+    mesh = spmd.find_mesh(jaxpr)
+    if mesh is not None:   # a shard_map inside: a program for its mesh
+      params.update(mesh=mesh, in_shardings=(None,) * len(jaxpr.invars),
+                    out_shardings=(None,) * len(jaxpr.outvars))
+    outs = xla_call_p.bind(*consts, *flat, **params)
     return tree_unflatten(out_tree, outs)
   return jitted
 
@@ -462,8 +471,11 @@ def vjp(f, *primals):
   in_tree = tree_flatten(primals)[1]
   def f_vjp(cts):
     undefined = [UndefPrimal(v.aval) for v in jaxpr.invars]
-    cts_in = ad.backward_pass(jaxpr, [*consts, *undefined],
-                              tree_flatten(cts)[0])
+    # In this design, so that rules that trace (a scan's transpose, a
+    # custom_vjp's bwd under vmap) trace with it too.
+    with set_current_trace(current_trace()):
+      cts_in = ad.backward_pass(jaxpr, [*consts, *undefined],
+                                tree_flatten(cts)[0])
     return tree_unflatten(in_tree, map(instantiate_zeros, cts_in))
   return tree_unflatten(out_tree, p_out), f_vjp
 

@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import sys
+import textwrap
 from contextlib import contextmanager
 
 import numpy as np
@@ -1275,9 +1276,14 @@ class DispatchRecording:
   def __len__(self):
     return len(self.events)
 
-  def lines(self) -> list[str]:
-    return [f"{'  ' * d}{p.name}({', '.join(_sl_short(a) for a in args)})  → {label}"
-            for _, p, args, d, _, label in self.events]
+  def lines(self, width: int | None = None) -> list[str]:
+    """One line per bind; with `width`, a longer one is folded onto indented lines."""
+    out = [f"{'  ' * d}{p.name}({', '.join(_sl_short(a) for a in args)})  → {label}"
+           for _, p, args, d, _, label in self.events]
+    if width is None:
+      return out
+    return ["\n".join(textwrap.wrap(line, width, subsequent_indent="    ",
+                                     break_long_words=False)) for line in out]
 
   def __repr__(self):
     return "\n".join(self.lines())

@@ -286,6 +286,7 @@ class jit:
     self._fast: dict = {}   # _fast_signature(args) -> (_Traced, {platform: exe})
     self.__name__ = getattr(fun, "__name__", "fun")
     self.__doc__ = getattr(fun, "__doc__", None)
+    self.__wrapped__ = fun   # its signature is fun's
 
   def _specialize(self, args, kwargs=None) -> tuple[_Traced, list]:
     fun_dyn, dyn_args, statics = split_static(self.fun, args, self.static_argnums,
@@ -442,9 +443,11 @@ def _xla_call_partial_eval(trace, tracers, *, jaxpr, num_consts, **params):
   jaxpr1, jaxpr2, out_unknowns, num_res = pe.partial_eval_jaxpr(jaxpr, unknowns)
   known_in = [t.pval.const for t in tracers if t.pval.is_known]
   params = transformed(params)
-  outs1_res = xla_call_p.bind(*known_in, jaxpr=jaxpr1, num_consts=0, **params)
   n_known_out = len(jaxpr1.outvars) - num_res
-  outs1, residuals = outs1_res[:n_known_out], outs1_res[n_known_out:]
+  jaxpr1, forwarded = _forward_inputs(jaxpr1, num_res)
+  outs1_res = xla_call_p.bind(*known_in, jaxpr=jaxpr1, num_consts=0, **params)
+  outs1, computed = outs1_res[:n_known_out], iter(outs1_res[n_known_out:])
+  residuals = [next(computed) if f is None else known_in[f] for f in forwarded]
   res_tracers = [trace.instantiate_const(trace.pure(r)) for r in residuals]
   unknown_in = [t for t in tracers if t.pval.is_unknown]
   outs2 = trace.stage(xla_call_p, res_tracers + unknown_in,
@@ -455,6 +458,18 @@ def _xla_call_partial_eval(trace, tracers, *, jaxpr, num_consts, **params):
 
 
 pe.partial_eval_rules[xla_call_p] = _xla_call_partial_eval
+
+
+def _forward_inputs(jaxpr1, num_res):
+  """The known jaxpr without the residuals that are just its inputs: those are
+  passed on as they are, not returned by the compiled call (JAX does the same).
+  Returns it, and for each residual the index of that input, or None."""
+  n_out = len(jaxpr1.outvars) - num_res
+  index = {v: i for i, v in enumerate(jaxpr1.invars)}
+  res = jaxpr1.outvars[n_out:]
+  forwarded = [index.get(v) if type(v) is Var else None for v in res]
+  outvars = jaxpr1.outvars[:n_out] + [v for v, f in zip(res, forwarded) if f is None]
+  return Jaxpr(jaxpr1.constvars, jaxpr1.invars, jaxpr1.eqns, outvars), forwarded
 
 
 def _xla_call_partial_eval_jaxpr(unknowns, eqn):

@@ -215,37 +215,53 @@ lowering.lowering_rules[cond_p] = _cond_lowering
 def _cond_split(branches, unknowns: list):
   """Split each branch into a known part (known operands -> known outputs and
   residuals) and an unknown part (residuals, unknown operands -> unknown
-  outputs). All branches share one residual list: each fills the others'
-  slots with zeros. Returns (known jaxprs, unknown jaxprs, out_unknowns, res avals)."""
+  outputs). All branches share one residual list, where the k-th residual of
+  a type in each branch shares a slot (as JAX merges them); a branch fills
+  the slots it doesn't use with zeros. Returns (known jaxprs, unknown
+  jaxprs, out_unknowns, res avals)."""
   n_out = len(branches[0].out_avals)
   out_uk = [False] * n_out
   for br in branches:
     _, _, uk, _ = pe.partial_eval_jaxpr(br.jaxpr, unknowns, out_uk)
     out_uk = [a or b for a, b in zip(out_uk, uk)]
   splits = [pe.partial_eval_jaxpr(br.jaxpr, unknowns, out_uk) for br in branches]
-  res_avals = [[v.aval for v in j2.invars[:nr]] for _, j2, _, nr in splits]
-  all_res = [a for r in res_avals for a in r]
+  all_res, slots = _merge_residuals([[v.aval for v in j2.invars[:nr]]
+                                     for _, j2, _, nr in splits])
   n_known_out = n_out - sum(out_uk)
   known, unknown = [], []
-  for i, (j1, j2, _, nr) in enumerate(splits):
-    before = sum(len(r) for r in res_avals[:i])
-    after = sum(len(r) for r in res_avals[i + 1:])
-
-    def known_fun(*args, j1=j1, before=before, after=after, i=i):
+  for (j1, j2, _, nr), at in zip(splits, slots):
+    def known_fun(*args, j1=j1, at=at):
       outs = eval_jaxpr(j1, [], *args)
-      mine = outs[n_known_out:]
-      pre = [zeros_of(a) for r in res_avals[:i] for a in r]
-      post = [zeros_of(a) for r in res_avals[i + 1:] for a in r]
-      return outs[:n_known_out] + pre + mine + post
+      mine = dict(zip(at, outs[n_known_out:]))
+      return outs[:n_known_out] + [mine[k] if k in mine else zeros_of(a)
+                                   for k, a in enumerate(all_res)]
     kj, kc = trace_flat(known_fun, j1.in_avals)
     assert not kc
     known.append(kj)
-    pre = [Var(a) for r in res_avals[:i] for a in r]
-    post = [Var(a) for r in res_avals[i + 1:] for a in r]
-    unknown.append(Jaxpr([], pre + j2.invars[:nr] + post + j2.invars[nr:], j2.eqns, j2.outvars))
+    res_vars = [Var(a) for a in all_res]
+    for k, v in zip(at, j2.invars[:nr]):
+      res_vars[k] = v
+    unknown.append(Jaxpr([], res_vars + j2.invars[nr:], j2.eqns, j2.outvars))
   return known, unknown, out_uk, all_res
 
 
+def _merge_residuals(branch_avals: list) -> tuple[list, list]:
+  """One residual list for all branches: the avals, and for each branch the
+  slot of each of its residuals (its k-th of a type takes that type's k-th)."""
+  all_avals, slot_of, slots = [], {}, []
+  for avals in branch_avals:
+    seen: dict = {}
+    mine = []
+    for a in avals:
+      key = (a.shape, np.dtype(a.dtype), a.weak_type)
+      tag = (key, seen.setdefault(key, 0))
+      seen[key] += 1
+      if tag not in slot_of:
+        slot_of[tag] = len(all_avals)
+        all_avals.append(a)
+      mine.append(slot_of[tag])
+    slots.append(mine)
+  return all_avals, slots
 
 
 def _cond_partial_eval_jaxpr(unks_in, eqn):
