@@ -7,7 +7,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 export PYTHONHASHSEED := 0
 export TF_CPP_MIN_LOG_LEVEL := 3
 
-.PHONY: help setup book serve test lab exercises grade bench clean
+.PHONY: help setup book serve test lab exercises grade gradebook gradescope bench clean
 help:
 	@echo "make book      build the website into _build/html (warnings are errors)"
 	@echo "make serve     build, then serve it on http://localhost:8000"
@@ -15,6 +15,9 @@ help:
 	@echo "make lab       JupyterLab on the exercises (LAB_ARGS=\"--no-browser --port=8899\" passes flags on)"
 	@echo "make exercises regenerate the learners' stub notebooks from exercises/source"
 	@echo "make grade SUBMISSIONS=dir   grade a folder (or .zip) of notebooks, each in a sandbox: grades/grades.{csv,html}"
+	@echo "              also: feedback/<student>/<chapter>.html, feedback.zip, and the gradebook"
+	@echo "make gradebook the course table from grades/gradebook.sqlite (ROSTER=roster.csv: Canvas, Moodle CSVs)"
+	@echo "make gradescope gradescope/autograder.zip, Gradescope's autograder (GRADESCOPE_ARGS=\"--visibility visible\")"
 	@echo "make bench     run the benchmarks, write benchmarks/results.md"
 
 setup: $(STAMP)
@@ -41,6 +44,12 @@ exercises: $(STAMP)
 SUBMISSIONS ?= submissions
 grade: $(STAMP)
 	$(BIN)/python -m coursekit.grade $(SUBMISSIONS) --out $(or $(GRADES),grades) $(GRADE_ARGS)
+
+gradebook: $(STAMP)
+	$(BIN)/python -m coursekit.gradebook --db $(or $(GRADES),grades)/gradebook.sqlite $(if $(ROSTER),--roster $(ROSTER)) $(GRADEBOOK_ARGS)
+
+gradescope: $(STAMP)
+	$(BIN)/python -m coursekit.gradescope build --out gradescope/autograder.zip $(GRADESCOPE_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py

@@ -3,9 +3,12 @@
 # (make lab LAB_ARGS="--no-browser --port=8899"). Jupyter refuses to run as root
 # without --allow-root, and Docker and many cloud machines run as root: there it
 # is added, with a note. LAB_DRY_RUN=1 prints the command instead (for the tests).
+# The file browser shows learners only what is theirs: the notebooks, not source/ (the
+# solutions) nor coursekit/ (the grader), hidden along with Jupyter's own defaults.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cmd=(.venv/bin/jupyter lab exercises)
+hide="['source', 'coursekit', '__pycache__', '*.pyc', '*.pyo', '.DS_Store', '*~']"
+cmd=(.venv/bin/jupyter lab exercises "--ContentsManager.hide_globs=$hide")
 if [ "$(id -u)" = 0 ]; then
   echo "make lab: running as root (as in Docker): adding --allow-root, which Jupyter needs there" >&2
   cmd+=(--allow-root)

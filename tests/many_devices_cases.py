@@ -53,8 +53,9 @@ def f32(*shape):
 
 
 def meshes(shape, names):
-  """The same mesh in autodidax and in JAX."""
-  return (adx.make_mesh(shape, names),
+  """The same mesh in autodidax and in JAX, with Auto axes (the partitioner
+  decides; the cases in Explicit mode, JAX's default, come at the end)."""
+  return (adx.make_mesh(shape, names, axis_types=(adx.sharding.AxisType.Auto,) * len(names)),
           jax.make_mesh(shape, names, axis_types=(AUTO,) * len(names)))
 
 
@@ -75,7 +76,7 @@ class Lib:
 M1, JM1 = meshes((8,), ("i",))
 M2, JM2 = meshes((4, 2), ("data", "model"))
 OURS = Lib(lax=lax, np=anp, shard_map=adx.shard_map, P=P, m1=M1, m2=M2, grad=adx.grad,
-           jit=adx.jit, vmap=adx.vmap, kw={})
+           jit=adx.jit, vmap=adx.vmap, kw={"check_vma": False})
 THEIRS = Lib(lax=jlax, np=jnp, shard_map=jax.shard_map, P=jax.P, m1=JM1, m2=JM2,
              grad=jax.grad, jit=jax.jit, vmap=jax.vmap, kw={"check_vma": False})
 
@@ -252,7 +253,7 @@ def dp_step(L, mesh):
 def data_parallel_step_equals_one_device_step():
   params, x, y = init_mlp(), f32(32, 6), f32(32, 3)
   one_device = sgd(params, adx.grad(lambda p: mlp_loss(OURS, p, x, y))(params))
-  mesh8 = adx.make_mesh((8,), ("data",))
+  mesh8 = adx.make_mesh((8,), ("data",), axis_types=(adx.sharding.AxisType.Auto,))
   jmesh8 = jax.make_mesh((8,), ("data",), axis_types=(AUTO,))
   ours = adx.jit(dp_step(OURS, mesh8))(params, x, y)
   close(ours, one_device, rtol=1e-5, atol=1e-6)
@@ -391,6 +392,257 @@ def exercise_m5_reference_matches_the_partitioner():
     outcomes.add(tuple(ours))
   assert not wrong, "\n".join(wrong)
   assert () in outcomes and set().union(*outcomes) == {"all-reduce", "all-gather", "all-to-all"}
+
+
+# --- Explicit axes and check_vma=True: JAX 0.10's defaults --------------------------------------
+# Types carry shardings (f32[16@data,4]) and, inside shard_map, varying axes
+# ({V:data}). Each case runs the same program with both libraries' defaults
+# and compares the type text, the values, and the errors.
+
+E1, JE1 = adx.make_mesh((8,), ("data",)), jax.make_mesh((8,), ("data",))
+E2, JE2 = adx.make_mesh((4, 2), ("a", "b")), jax.make_mesh((4, 2), ("a", "b"))
+from autodidax import sharding_rules  # noqa: E402
+from autodidax.sharding import reshard  # noqa: E402
+
+EO = Lib(lax=lax, np=anp, P=P, m1=E1, m2=E2, jit=adx.jit, grad=adx.grad,
+         shard_map=adx.shard_map, typeof=adx.typeof,
+         reshard=lambda x, m, spec: reshard(x, NamedSharding(m, P(*spec))),
+         ns=lambda m, spec: NamedSharding(m, P(*spec)))
+ET = Lib(lax=jlax, np=jnp, P=jax.P, m1=JE1, m2=JE2, jit=jax.jit, grad=jax.grad,
+         shard_map=jax.shard_map, typeof=jax.typeof,
+         reshard=lambda x, m, spec: jax.sharding.reshard(x, jax.NamedSharding(m, jax.P(*spec))),
+         ns=lambda m, spec: jax.NamedSharding(m, jax.P(*spec)))
+
+
+def jtype(t) -> str:
+  """A type's text, JAX's spelled as ours (float32 -> f32)."""
+  text = t.str_short() if hasattr(t, "str_short") and not hasattr(t, "sharding") or (
+      isinstance(t, adx.core.ShapedArray)) else str(t)
+  for long, short in [("float32", "f32"), ("float64", "f64"), ("int32", "i32"),
+                      ("bool", "bool")]:
+    text = text.replace(long + "[", short + "[")
+  return text
+
+
+def put(L, m, x, spec):
+  if spec is None:   # a host array: no sharding in its type
+    return x
+  return (adx.device_put(x, NamedSharding(m, P(*spec))) if L is EO
+          else jax.device_put(x, jax.NamedSharding(m, jax.P(*spec))))
+
+
+def explicit_both(make, args, *, rtol=1e-5):
+  """`args`: (array, mesh index 1 or 2, spec) each. Returns both types' texts."""
+  outs = []
+  for L in (EO, ET):
+    xs = [put(L, getattr(L, f"m{k}"), x, spec) for x, k, spec in args]
+    outs.append(L.jit(make(L))(*xs))
+  close(*outs, rtol=rtol)
+  ours, theirs = (jax.tree_util.tree_map(lambda o, L=L: jtype(L.typeof(o)), out)
+                  for L, out in zip((EO, ET), outs))
+  assert ours == theirs, f"types {ours}, JAX's {theirs}"
+
+
+X8 = f32(8, 4)
+X16 = f32(16, 8)
+TYPE_CASES = {
+    "sin": (lambda L: L.np.sin, [(X8, 2, ("a", "b"))]),
+    "add": (lambda L: lambda x: x + x * 2., [(X8, 2, ("a", "b"))]),
+    "add, one operand whole": (lambda L: lambda x, y: x + y,
+                               [(X8, 2, ("a", "b")), (X8, 2, ("a", None))]),
+    "add a host constant": (lambda L: lambda x: x + np.ones(4, np.float32),
+                            [(X8, 2, ("a", "b"))]),
+    "matmul": (lambda L: lambda x, w: x @ w, [(X8, 2, ("a",)), (f32(4, 6), 2, (None, "b"))]),
+    "batched matmul": (lambda L: lambda x, w: L.np.matmul(x, w),
+                       [(f32(2, 8, 4), 2, (None, "a")), (f32(2, 4, 6), 2, (None, None, "b"))]),
+    "sum 0": (lambda L: lambda x: x.sum(0), [(X8, 2, ("a", "b"))]),
+    "sum 1": (lambda L: lambda x: x.sum(1), [(X8, 2, ("a", "b"))]),
+    "max 1": (lambda L: lambda x: x.max(1), [(X16, 1, ("data",))]),
+    "broadcast_in_dim": (lambda L: lambda x: L.np.broadcast_to(x[:, None, :], (8, 3, 4)),
+                         [(X8, 2, ("a", "b"))]),
+    "expand_dims": (lambda L: lambda x: x[None], [(X8, 2, ("a", "b"))]),
+    "transpose": (lambda L: lambda x: x.T, [(X8, 2, ("a", "b"))]),
+    "reshape merge": (lambda L: lambda x: x.reshape(32), [(X8, 2, ("a", "b"))]),
+    "reshape split": (lambda L: lambda x: x.reshape(8, 2, 8), [(X16, 1, ("data",))]),
+    "reshape split 3": (lambda L: lambda x: x.reshape(16, 2, 4), [(X16, 1, ("data",))]),
+    "reshape flat": (lambda L: lambda x: x.reshape(128), [(X16, 1, ("data",))]),
+    "concatenate 0": (lambda L: lambda x: L.np.concatenate([x, x], 0), [(X8, 2, ("a", "b"))]),
+    "concatenate 1": (lambda L: lambda x: L.np.concatenate([x, x], 1), [(X8, 2, ("a", "b"))]),
+    "scan": (lambda L: lambda x: L.lax.scan(lambda c, _: (L.np.sin(c), None), x, None,
+                                            length=3)[0], [(X8, 2, ("a", "b"))]),
+    "cond": (lambda L: lambda x: L.lax.cond(True, L.np.sin, L.np.cos, x),
+             [(X16, 1, ("data",))]),
+    "grad of a matmul over a split batch": (
+        lambda L: lambda x, w: L.grad(lambda w: ((x @ w) ** 2).sum())(w),
+        [(X16, 1, ("data",)), (f32(8, 3), 1, ())]),
+    "grad with a parameter split over b": (
+        lambda L: lambda x, w: L.grad(lambda w: L.np.sin(x @ w).sum())(w),
+        [(X8, 2, ("a",)), (f32(4, 6), 2, (None, "b"))]),
+    "reshard": (lambda L: lambda x: L.reshard(x, L.m2, (None, "a")), [(X8, 2, ("a", "b"))]),
+    "reshard to whole": (lambda L: lambda x: L.reshard(x, L.m1, ()) * 2.,
+                         [(X16, 1, ("data",))]),
+    "dot with out_sharding": (lambda L: lambda x, w: L.np.dot(x, w, out_sharding=L.ns(
+        L.m2, ("a", None))), [(X8, 2, ("a", "b")), (f32(4, 6), 2, ("b",))]),
+    "reshape with out_sharding": (lambda L: lambda x: L.np.reshape(
+        x, (8, 16), out_sharding=L.ns(L.m1, ("data",))), [(X16, 1, ("data",))]),
+}
+
+
+@case
+def explicit_types_of_every_rule():
+  for name, (make, args) in TYPE_CASES.items():
+    try:
+      explicit_both(make, args)
+    except Exception as e:
+      raise AssertionError(f"{name}: {e}") from e
+
+
+@case
+def explicit_mesh_defaults_and_jaxpr_text():
+  assert E1.axis_types == (adx.sharding.AxisType.Explicit,) and repr(JE1.axis_types[0]) == \
+      repr(E1.axis_types[0])
+  x = adx.device_put(X16, NamedSharding(E1, P("data")))
+  jx = jax.device_put(X16, jax.NamedSharding(JE1, jax.P("data")))
+  assert jtype(adx.typeof(x)) == jtype(jax.typeof(jx)) == "f32[16@data,8]"
+  f = lambda L: lambda x, y: L.np.sin(x) * y + x.sum(1)[:, None]
+  ours = adx.make_jaxpr(f(EO))(x, x)
+  theirs = jax.make_jaxpr(f(ET))(jx, jx)
+  assert "a:f32[16@data,8]" in str(ours), str(ours)
+  want = [jtype(v.aval) for e in theirs.eqns for v in e.outvars if e.primitive.name in
+          ("sin", "mul", "reduce_sum", "add")]
+  got = [jtype(v.aval) for e in ours.eqns for v in e.out_binders if e.primitive.name in
+         ("sin", "mul", "reduce_sum", "add")]
+  assert got == want, (got, want)
+  text = adx.jit(f(EO)).lower(x, x).as_text()
+  assert 'sdy.sharding_constraint' in text and '[{"data"}, {}]' in text
+  from autodidax import viz
+  picture = viz.typed_jaxpr_graph(ours)
+  assert "f32[16@data,8]" in picture.source and "mesh axes that cut it (data)" in picture.name
+
+
+ERROR_CASES = {
+    "contracting dimensions split on both sides": (
+        lambda L: lambda x, w: x @ w, [(X8, 2, ("a", "b")), (f32(4, 6), 2, ("b",))],
+        "out_sharding"),
+    "grad for a host parameter, contracting a split batch": (
+        lambda L: lambda x, w: L.grad(lambda w: ((x @ w) ** 2).sum())(w),
+        [(X16, 1, ("data",)), (f32(8, 3), 1, None)], "out_sharding"),
+    "incompatible shardings": (lambda L: lambda x, y: x + y,
+                               [(X8, 2, ("a", "b")), (X8, 2, ("b", "a"))], "reshard"),
+    "reshape that scatters a split dimension": (
+        lambda L: lambda x: x.reshape(8, 16), [(X16, 1, ("data",))], "out_sharding"),
+    "a scan carry whose sharding changes": (
+        lambda L: lambda x: L.lax.scan(lambda c, _: (L.reshard(c, L.m1, (None, "data")), None),
+                                       x, None, length=2)[0], [(X16, 1, ("data",))], "carry"),
+}
+
+
+@case
+def explicit_errors_like_jax():
+  for name, (make, args, hint) in ERROR_CASES.items():
+    for L in (EO, ET):
+      xs = [put(L, getattr(L, f"m{k}"), x, spec) for x, k, spec in args]
+      try:
+        L.jit(make(L))(*xs)
+      except Exception as e:  # noqa: BLE001
+        if L is EO:
+          assert isinstance(e, TypeError), f"{name}: {type(e).__name__}: {e}"
+          assert hint in str(e), f"{name}: {e}"
+      else:
+        raise AssertionError(f"{name}: {'ours' if L is EO else 'JAX'} raised nothing")
+  try:
+    make = lambda L: lambda x: L.np.sin(x)
+    with adx.core.sharding_rules.override(lax.sin_p, None):
+      del adx.core.sharding_rules[lax.sin_p]
+      adx.jit(make(EO))(put(EO, E1, X16, ("data",)))
+  except adx.MissingRuleError as e:
+    assert "Sharding rule for 'sin'" in str(e), e
+  else:
+    raise AssertionError("a missing sharding rule raised nothing")
+
+
+def vma_body(L, seen):
+  def body(a):
+    seen.extend([L.typeof(a), L.typeof(a.sum()), L.typeof(L.lax.psum(a, "b")),
+             L.typeof(L.lax.axis_index("a")), L.typeof(L.lax.all_gather(a, "a")),
+             L.typeof(a * 2.), L.typeof(L.lax.pcast(X8[0, :2], "a", to="varying"))])
+    return a
+  return body
+
+
+RING8 = [(k, (k + 1) % 8) for k in range(8)]
+VMA_OPS = [
+    lambda L, v, w: L.np.sin(v),
+    lambda L, v, w: v * w,
+    lambda L, v, w: L.lax.psum(v, "data") * 0.1,
+    lambda L, v, w: v + L.lax.pmean(v * w, "data"),
+    lambda L, v, w: L.lax.ppermute(v, "data", RING8),
+    lambda L, v, w: v * L.lax.psum(L.np.tanh(w).sum(), "data"),
+]
+
+
+@case
+def shard_map_types_values_and_grads():
+  types = []
+  for L in (EO, ET):
+    seen = []
+    L.shard_map(vma_body(L, seen), mesh=L.m2, in_specs=L.P("a", "b"),
+                out_specs=L.P("a", "b"))(put(L, L.m2, X8, ("a", "b")))
+    types.append([jtype(t) for t in seen])
+  assert types[0] == types[1], types
+  rng = np.random.default_rng(7)
+  x, w = f32(16, 3), f32(3)
+  for trial in range(8):
+    ops = [VMA_OPS[k] for k in rng.integers(0, len(VMA_OPS), 3)]
+    for check in (True, False):
+      def make(L):
+        def body(v, u):
+          for op in ops:
+            v = op(L, v, u)
+          return L.lax.psum((v * v).sum(), "data")
+        f = L.shard_map(body, mesh=L.m1, in_specs=(L.P("data"), L.P()), out_specs=L.P(),
+                        check_vma=check)
+        return lambda v, u: (f(v, u), L.grad(lambda v, u: f(v, u), argnums=(0, 1))(v, u))
+      outs = [L.jit(make(L))(put(L, L.m1, x, ("data",)), w) for L in (EO, ET)]
+      try:
+        close(*outs, rtol=1e-4)
+      except AssertionError as e:
+        raise AssertionError(f"trial {trial}, check_vma={check}: {e}") from e
+
+
+@case
+def data_parallel_step_with_jax_defaults():
+  """grad inside shard_map of the local loss, then a pmean: with check_vma
+  the gradient of a replicated parameter is already summed over the devices
+  (the transpose of its implicit pvary), so the pmean leaves it as it is."""
+  params, x, y = init_mlp(), f32(32, 6), f32(32, 3)
+  def dp(L):
+    def local(params, x, y):
+      grads = L.grad(lambda p: mlp_loss(L, p, x, y))(params)
+      return sgd(params, L.lax.pmean(grads, "data"))
+    mesh = adx.make_mesh((8,), ("data",)) if L is EO else jax.make_mesh((8,), ("data",))
+    return mesh, L.shard_map(local, mesh=mesh, in_specs=(L.P(), L.P("data"), L.P("data")),
+                             out_specs=L.P())
+  (m, ours), (jm, theirs) = dp(EO), dp(ET)
+  ours = adx.jit(ours)(params, put(EO, m, x, ("data",)), put(EO, m, y, ("data",)))
+  theirs = jax.jit(theirs)(params, put(ET, jm, x, ("data",)), put(ET, jm, y, ("data",)))
+  close(ours, theirs, rtol=1e-4)
+  summed = sgd(params, adx.grad(lambda p: 8 * mlp_loss(OURS, p, x, y))(params))
+  close(ours, summed, rtol=1e-4, atol=1e-5)   # the sum of the 8 local gradients
+
+
+@case
+def two_d_step_with_jax_defaults():
+  params, x, y = init_mlp(), f32(32, 6), f32(32, 3)
+  specs = {"W1": (None, "model"), "b1": ("model",), "W2": ("model", None), "b2": ()}
+  outs = []
+  for L in (EO, ET):
+    mesh = (adx.make_mesh if L is EO else jax.make_mesh)((4, 2), ("data", "model"))
+    step = dp_mp_step(L, mesh)
+    p = {k: put(L, mesh, v, specs[k]) for k, v in params.items()}
+    outs.append(L.jit(step)(p, put(L, mesh, x, ("data",)), put(L, mesh, y, ("data",))))
+  close(*outs, rtol=1e-4)
+  assert jtype(adx.typeof(outs[0][0]["W1"])) == jtype(jax.typeof(outs[1][0]["W1"]))
 
 
 def main():

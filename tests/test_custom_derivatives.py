@@ -782,6 +782,56 @@ def test_pictures_name_what_they_show():
     g = viz.custom_call_graph(kind)
     assert f"{kind}_call equation" in g.name and "jvp: " in g.name
   assert "raises" in viz.svg_html(viz.custom_call_graph("custom_vjp"))
+  assert "linearize: fwd, then applying it raises" in viz.custom_call_graph("custom_vjp").name
+
+
+def test_the_custom_vjp_picture_fails_where_jax_fails():
+  """The opening picture's red boxes: `jvp` of a custom_vjp function raises;
+  `linearize` works, and applying its result raises; in JAX as in ours."""
+  for X, np_ in ((adx, anp), (jax, jnp)):
+    @X.custom_vjp
+    def f(x):
+      return np_.sin(x)
+    f.defvjp(lambda x: (np_.sin(x), np_.cos(x)), lambda c, g: (c * g,))
+    with pytest.raises(TypeError, match="forward-mode"):
+      X.jvp(f, (1.,), (1.,))
+    _, f_lin = X.linearize(f, 1.)
+    with pytest.raises(TypeError, match="forward-mode"):
+      f_lin(1.)
+  assert set(viz.CUSTOM_VJP_FAILS) == {"jvp", "linearize"}
+
+
+def _scaled_sin(X, np_):
+  """c * sin(x) with c closed over, made differentiable in c by closure_convert."""
+  def scaled_sin(c, x):
+    g = lambda x: c * np_.sin(x)
+    g_conv, hoisted = X.closure_convert(g, x)
+
+    @X.custom_jvp
+    def f(x, *consts):
+      return g_conv(x, *consts)
+
+    @f.defjvp
+    def f_jvp(primals, tangents):
+      return X.jvp(g_conv, primals, tangents)
+    return f(x, *hoisted)
+  return scaled_sin
+
+
+def test_closure_convert_hoists_closed_over_tracers_as_jax_does():
+  ours, theirs = _scaled_sin(adx, anp), _scaled_sin(jax, jnp)
+  for argnum in (0, 1):
+    np.testing.assert_allclose(adx.grad(ours, argnum)(2., 1.), jax.grad(theirs, argnum)(2., 1.))
+  np.testing.assert_allclose(adx.grad(ours)(2., 1.), np.sin(1.))
+  g_conv, hoisted = adx.closure_convert(lambda x: 3. * anp.sin(x), 1.)
+  assert hoisted == [] and np.isclose(g_conv(1.), 3. * np.sin(1.))   # nothing traced: nothing hoisted
+  def hoists(c):
+    conv, h = adx.closure_convert(lambda x: {"y": c * x}, 1.)
+    assert len(h) == 1
+    with pytest.raises(TypeError, match="shaped like the examples"):
+      conv((2.,), *h)
+    return conv(2., *h)["y"]
+  assert np.isclose(adx.grad(hoists)(3.), 2.)
 
 
 def test_bind_tree_merges_neighbouring_leaves():

@@ -168,12 +168,19 @@ def test_a_probe_without_seeded_inputs_is_refused(tmp_path):
   from coursekit import checks, probe
   spec = probe.Spec("9.9", lambda p, f: p.value("f(2)", f(2.)), ("f",), {})
   records = probe.run(spec, {"f": abs}, seed=0)
-  with pytest.raises(RuntimeError, match="the same at seeds 0 and 1"):
+  with pytest.raises(RuntimeError, match="the same at seeds 0 to 3"):
     checks._record("part9", "9.9", spec, {"f": abs}, records, tmp_path / "part9.json")
   seeded = probe.Spec("9.9", lambda p, f: p.value("f(x)", f(p.rng.normal())), ("f",), {})
   records = probe.run(seeded, {"f": abs}, seed=0)
   checks._record("part9", "9.9", seeded, {"f": abs}, records, tmp_path / "part9.json")
   assert json.loads((tmp_path / "part9.json").read_text())["9.9"] == records
+  # A record that is the same at every seed ships withheld: it would answer its case anywhere.
+  mixed = probe.Spec("9.9", lambda p, f: (p.value("f(2)", f(2.)), p.value("f(x)", f(p.rng.normal()))),
+                     ("f",), {})
+  records = probe.run(mixed, {"f": abs}, seed=0)
+  checks._record("part9", "9.9", mixed, {"f": abs}, records, tmp_path / "part9.json")
+  shipped = json.loads((tmp_path / "part9.json").read_text())["9.9"]
+  assert [r["value"].get("k") for r in shipped] == ["withheld", "py"]
 
 
 def test_records_compare_with_tolerances_not_bytes():
@@ -238,7 +245,8 @@ def delegating(part, solutions) -> dict:
 # custom_jvp/custom_vjp (D.4–D.6), checkpoints on a memory budget and a count of barriers
 # (R.4, R.5), a ring of ppermutes, layouts, and a rule on specs (M.3–M.5).
 NOTHING_TO_DELEGATE = {"2.6", "4.7", "4.9", "T.5", "C.6", "P.1", "P.2", "P.3", "P.4", "P.5", "P.6",
-                       "D.4", "D.5", "D.6", "R.4", "R.5", "M.3", "M.4", "M.5"}
+                       "D.4", "D.5", "D.6", "R.4", "R.5", "M.3", "M.4", "M.5",
+                       "M.7"}
 
 
 def expected(part, name) -> dict:
@@ -252,6 +260,12 @@ def expected(part, name) -> dict:
     return dict.fromkeys(exercises, "passed")
   k = int(name.split("-")[1])
   return {ex: "failed" if k < len(MISTAKES.get(ex, [])) else "passed" for ex in exercises}
+
+
+# Every part's grader runs at once, beside nbval, on as few as 2 busy cores: a sandbox
+# may wait far longer than it computes, so the time limit has a wide margin (the
+# verdicts here are about answers, never about how busy the machine is).
+GRADE_TIMEOUT = 900
 
 
 @pytest.fixture(scope="module")
@@ -273,7 +287,7 @@ def runs(all_solutions, tmp_path_factory):
       nbformat.write(nb, folders[part] / f"{name}.ipynb")
       delegated.append(str(folders[part] / f"{name}.ipynb"))
   nbval = start("-m", "coursekit.nbval_run", "-q", "-c", "pytest.ini", "--rootdir", ".",
-                "--nbval-lax", "--nbval-current-env", "--nbval-cell-timeout=120",
+                "--nbval-lax", "--nbval-current-env", "--nbval-cell-timeout=600",
                 "--junitxml=junit.xml", *plain, cwd=root)
   checks = start(str(ROOT / "tests" / "fixtures" / "delegations.py"), *delegated)
   graders = {}
@@ -281,7 +295,8 @@ def runs(all_solutions, tmp_path_factory):
     out = tmp_path_factory.mktemp(f"grades-{part}")
     before = digest(folders[part])
     graders[part] = (start("-m", "coursekit.grade", str(folders[part]), "--out", str(out),
-                           "--part", part, "--jobs", "2", "--seed", str(SEED), *UNSANDBOXED),
+                           "--part", part, "--jobs", "2", "--seed", str(SEED),
+                           "--timeout", str(GRADE_TIMEOUT), *UNSANDBOXED),
                      out, before)
 
   proc = finish(nbval)
@@ -364,7 +379,7 @@ def test_one_verdict_on_answers_that_delegate_to_the_library(runs, all_solutions
       if name == "delegate-getattr" and "asks you to write" not in got["reason"]:
         # Looked up when called: a probe that swaps the very function (3.4's jit._specialize)
         # hands over its own, so the answer fails on that, the same way both ways.
-        assert got["reason"].split(": raised ")[-1] in said[ex], (ex, got["reason"], said[ex])
+        assert got["reason"].split(" raised ")[-1] in said[ex], (ex, got["reason"], said[ex])
         continue
       for where, text in (("grader", got["reason"]), ("notebook", said[ex])):
         assert "asks you to write" in text and lib in text, (name, ex, where, text)

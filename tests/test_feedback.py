@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SOURCES = sorted(p for p in (ROOT / "exercises" / "source").glob("*.md"))
 MISTAKES = ROOT / "tests" / "fixtures" / "mistakes"
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = pytest.mark.timeout(2400)   # generous: on 2 busy cores the 50-seed runs wait
 
 
 def _statements():
@@ -143,13 +143,101 @@ def test_an_error_or_a_zero_instead_of_a_value_says_so():
                        "but it raised ZeroDivisionError: division by zero")
 
 
+def test_an_error_is_shown_under_the_step_it_broke_with_its_inputs():
+  from coursekit import probe
+
+  def case(p, fn):
+    p.given(x=0.5)
+    try:
+      p.value("the sum of the pieces", p.call("calling the answer", fn))
+    except probe.Stop:
+      pass
+  v = _verdict(lambda p: case(p, lambda: 1.), lambda p: case(p, lambda: 1 / 0))
+  assert v.label == "the sum of the pieces (x = 0.5)"
+  assert v.message == "calling the answer raised ZeroDivisionError: division by zero"
+
+
+def test_a_length_mismatch_shows_both_lists():
+  v = _verdict(lambda p: p.value("the collectives", []), lambda p: p.value("the collectives",
+                                                                            ["all-reduce"]))
+  assert v.message == ("expected a list of length 0, got one of length 1: "
+                       "expected [], got ['all-reduce']")
+  v = _verdict(lambda p: p.value("a", list(range(40))), lambda p: p.value("a", [0]))
+  assert "expected [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, …], got [0]" in v.message
+
+
+def test_a_yes_or_no_shows_what_was_measured():
+  v = _verdict(lambda p: p.value("small enough", True, detail="yours 1 byte"),
+               lambda p: p.value("small enough", False, detail="yours 9 bytes, the limit 4"))
+  assert v.message == "expected True, got False (yours 9 bytes, the limit 4)"
+
+
+def test_a_jaxpr_run_on_too_few_inputs_says_so():
+  import autodidax as adx
+  from autodidax.jaxpr import eval_jaxpr
+  from coursekit import probe
+  closed = adx.make_jaxpr(lambda x, y: x * y)(1., 2.)
+
+  def run(p, args):
+    try:
+      p.value("the product", p.call("running the jaxpr", eval_jaxpr, closed.jaxpr, [], *args))
+    except probe.Stop:
+      pass
+  v = _verdict(lambda p: run(p, (1., 2.)), lambda p: run(p, (1.,)))
+  assert "fewer inputs than it takes" in v.message and "Var(" in v.message, v.message
+
+
+def test_a_learner_can_read_a_probe_wherever_the_course_is_installed(capsys):
+  from coursekit import checks
+  checks.show_probe("1.2")
+  assert "def probe_1_2(p, tanh_jvp):" in capsys.readouterr().out
+
+
+def test_the_many_devices_setup_warns_when_xla_came_up_with_too_few(monkeypatch, capsys):
+  import autodidax
+  from coursekit import checks
+  for have, warned in ((1, True), (8, False)):
+    monkeypatch.setattr(autodidax, "devices", lambda have=have: ["cpu"] * have)
+    assert checks.expect_devices(8) == have
+    out = capsys.readouterr().out
+    assert out.startswith(f"{have} devices") and ("Restart the kernel" in out) == warned, out
+
+
 # --- Feedback on every mistake ---------------------------------------------------------------
 
+SEEDS = range(1, 51)   # every mistake must fail at each (the grader's seeds are random)
+
+
+def _compile_each_program_once():
+  """In `_mistake_feedback`'s process, XLA compiles each distinct StableHLO module (for one
+  device, or for a mesh) once: a probe at 50 seeds compiles the same programs over and
+  over (shapes don't depend on the seed), and compiling is most of its time. Each call
+  still gets an executable object of its own."""
+  from autodidax import runtime
+  compile, compile_spmd, loaded = runtime.compile, runtime.compile_spmd, {}
+
+  def compile_once(text, platform=None):
+    key = (text, platform or runtime.default_platform())
+    if key not in loaded:
+      loaded[key] = compile(text, key[1])._loaded
+    return runtime.Executable(loaded[key], key[1])
+
+  def compile_spmd_once(text, devs, platform=None):
+    key = (text, tuple(d.id for d in devs), platform or runtime.default_platform())
+    if key not in loaded:
+      loaded[key] = compile_spmd(text, devs, key[2])._loaded
+    return runtime.SpmdExecutable(loaded[key], devs, key[2])
+  runtime.compile, runtime.compile_spmd = compile_once, compile_spmd_once
+
+
 def _mistake_feedback(part: str) -> list[dict]:
-  """Runs in a subprocess: the chapter's reference cells in one namespace, then
-  each mistake alone (its answer cells rerun with the mistake, the check, the
-  right answer back). [{exercise, k, new, message, passed}]"""
+  """Runs in a subprocess: the chapter's reference cells in one namespace, the
+  reference's records at every seed of `SEEDS`, then each mistake alone (its
+  answer cells rerun with the mistake, the check, the probe at every seed, the
+  right answer back). [{exercise, k, new, message, passed, passes_at}]"""
   from coursekit import checks, stubs
+  from coursekit import probe as probes
+  _compile_each_program_once()
   nb = stubs.read_source(ROOT / "exercises" / "source" / f"{part}.md")
   os.chdir(ROOT / "exercises")
   ns = {"__name__": "__main__"}
@@ -163,8 +251,14 @@ def _mistake_feedback(part: str) -> list[dict]:
       run(cell, cell.source)
     if cell.metadata.get("role") == "solution":
       answers.setdefault(cell.metadata["exercise"], []).append(cell)
+  mistakes = json.loads((MISTAKES / f"{part}.json").read_text())
+  specs = {ex: probes.spec(part, ex) for ex in mistakes}
+  want = {}
+  for ex, spec in specs.items():
+    with checks.installed(spec, ns):
+      want[ex] = [probes.run(spec, ns, seed) for seed in SEEDS]
   out = []
-  for ex, pairs in json.loads((MISTAKES / f"{part}.json").read_text()).items():
+  for ex, pairs in mistakes.items():
     for k, (old, new) in enumerate(pairs):
       cells = answers[ex]
       assert any(old in c.source for c in cells), f"{ex}: mistake {k} no longer matches"
@@ -176,7 +270,13 @@ def _mistake_feedback(part: str) -> list[dict]:
         passed = True
       except BaseException as e:  # noqa: BLE001 (what the learner would see)
         message = f"{type(e).__name__}: {e}"
-      out.append({"exercise": ex, "k": k, "new": new, "message": message, "passed": passed})
+      passes_at = []
+      with checks.installed(specs[ex], ns):   # each run stops at its first wrong record
+        for seed, w in zip(SEEDS, want[ex]):
+          if probes.compare(probes.run(specs[ex], ns, seed, want=w), w).passed:
+            passes_at.append(seed)
+      out.append({"exercise": ex, "k": k, "new": new, "message": message, "passed": passed,
+                  "passes_at": passes_at})
       for cell in cells:
         run(cell, cell.source)
   return out
@@ -195,7 +295,7 @@ def feedback():
           stdout=subprocess.PIPE, stderr=subprocess.PIPE)))
     if len(running) == 2 or part is None and running:
       name, proc = running.pop(0)
-      out, err = proc.communicate(timeout=600)
+      out, err = proc.communicate(timeout=2000)
       results[name] = (proc.returncode, out, err)
   return results
 
@@ -205,6 +305,9 @@ INTERNAL = [
     (re.compile(r"AssertionError:\s*$", re.M), "an assertion without a message"),
     (re.compile(r"(expected|got) (np\.\w+\(|np\.True_|np\.False_)"),
      "a value shown in NumPy's repr"),
+    (re.compile(r"KeyError: Var\("), "the library's bare KeyError (a jaxpr short of inputs)"),
+    (re.compile(r"of length \d+, got one of length \d+\s*$", re.M),
+     "a length mismatch without the two lists"),
 ]
 NUMPY_ADVICE = "instead of numpy"
 CALLS_NUMPY = re.compile(r"\bnp\.\w+\(")
@@ -222,9 +325,24 @@ def test_every_mistake_gets_feedback_that_helps(feedback, part):
     assert re.match(rf"\w+Error: Exercise {re.escape(r['exercise'])}\b", msg), f"{what}: {msg}"
     for pattern, problem in INTERNAL:
       assert not pattern.search(msg), f"{what} shows {problem}:\n{msg}"
+    if msg.startswith("AssertionError"):   # a wrong value: both values, or the error raised
+      assert re.search(r"\bexpected\b.*\bgot\b|\braised\b|not the right answer", msg, re.S), \
+          f"{what} doesn't show what was expected and what came:\n{msg}"
     if NUMPY_ADVICE in msg:
       assert CALLS_NUMPY.search(r["new"]), f"{what}: NumPy advice, but it calls no NumPy:\n{msg}"
       assert "your cell, line" in msg, f"{what}: the NumPy advice doesn't say where:\n{msg}"
+
+
+@pytest.mark.parametrize("part", [p.stem for p in SOURCES if (MISTAKES / f"{p.stem}.json").exists()])
+def test_every_mistake_fails_at_every_seed(feedback, part):
+  """The grader draws a seed at random: a mistake that passes at some seeds would pass
+  for some classes. Each fails at all of `SEEDS` (the probe must draw the cases that
+  expose it)."""
+  code, out, err = feedback[part]
+  assert code == 0, err[-3000:]
+  for r in json.loads(out.splitlines()[-1]):
+    assert not r["passes_at"], (f"{r['exercise']} mistake {r['k']} ({r['new'].strip()[:60]!r}) "
+                                f"passes at seeds {r['passes_at']} of {SEEDS}")
 
 
 if __name__ == "__main__":   # the subprocess of `feedback`: one chapter, JSON on the last line

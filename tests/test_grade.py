@@ -135,7 +135,8 @@ def test_abuse_notes(abuse, name):
 
 @needs_bwrap
 def test_no_false_alarms(abuse):
-  for name in ("full.ipynb", "twin_one.ipynb", "slow_demos.ipynb", "endless_cell.ipynb"):
+  for name in ("full.ipynb", "twin_one.ipynb", "slow_demos.ipynb", "endless_cell.ipynb",
+               "honest_format.ipynb", "crash_sum.ipynb", "stall_chain.ipynb"):
     assert abuse[name, "1.1"]["notes"] == "", name
 
 
@@ -188,7 +189,7 @@ def test_reports_are_safe_to_open(runs):
   for r in rows:
     for k, v in r.items():
       assert not v.startswith(("=", "+", "-", "@")), (k, v)
-  assert "'=HYPERLINK(1).ipynb" in text and "'+cmd|' /C calc'!A0" in text
+  assert "'=HYPERLINK(1).ipynb" in text and "+cmd|' /C calc'!A0" in text   # in a note
   assert "'=2+5+cmd" in text   # a label forged into the records
   odd = [r for r in rows if r["submission"].startswith("caf")]
   assert {r["submission"] for r in odd} == {"caf\\xe9-\\x1b[31m.ipynb"}
@@ -217,8 +218,11 @@ def test_submissions_course_and_outputs_untouched(runs):
   assert runs["before"] == runs["after"]           # every submission file, hashed on disk
   assert runs["course"][0] == runs["course"][1]    # the course the vandal aimed at
   for out in runs["outs"].values():
-    assert sorted(p.name for p in out.iterdir()) == ["grades.csv", "grades.html"]
+    assert sorted(p.name for p in out.iterdir()) == ["feedback", "feedback.zip",
+                                                     "gradebook.sqlite", "grades.csv",
+                                                     "grades.html"]
     assert "hacked" not in (out / "grades.csv").read_text()
+    assert not any("hacked" in p.read_text() for p in (out / "feedback").rglob("*.html"))
 
 
 @needs_bwrap
@@ -508,8 +512,11 @@ def test_student_from_folder_then_metadata():
   assert grade.student_of(sub, {"metadata": {"coursekit": {"student": "carol"}}}) == ("carol", "")
   assert grade.student_of(sub, {"metadata": {}}) == ("carol", "")
   assert grade.student_of(sub, {"metadata": {"coursekit": ["odd"]}}) == ("carol", "")
-  loose = grade.Submission("b.ipynb", b"")
-  assert grade.student_of(loose, {"metadata": {"coursekit": {"student": "dave"}}}) == ("dave", "")
+  loose = grade.Submission("b.ipynb", b"")   # a flat batch: the file name wins, with a note
+  who, note = grade.student_of(loose, {"metadata": {"coursekit": {"student": "dave"}}})
+  assert who == "b" and "its metadata names the student 'dave'; graded as 'b', its file name" in note
+  assert grade.student_of(grade.Submission("dave_v2.ipynb", b""),
+                          {"metadata": {"coursekit": {"student": "dave"}}}) == ("dave", "")
 
 
 def test_match_part_by_cells_names_and_metadata():
@@ -626,3 +633,175 @@ def test_grader_memory_stays_low_on_hostile_input(tmp_path):
   reasons = {r["submission"]: r["reason"] for r in rows}
   assert "more than a notebook needs" in reasons["values.ipynb"]
   assert "nested too deeply" in reasons["deep.ipynb"] or "unreadable" in reasons["deep.ipynb"]
+
+
+# --- Round 3: forgery, channels, batches that survive, fairness, honest formatting -----------------
+
+def test_compare_rejects_malformed_arrays():
+  """A record must be one `encode` could have written: as many numbers as its shape says."""
+  p = probe.Probe("x", 0)
+  p.value("scalar", np.array(2.5))
+  p.value("vector", np.array([1., 2.]))
+  want = p.records
+  def forged(i, **value):
+    got = json.loads(json.dumps(want))
+    got[i]["value"].update(value)
+    return probe.compare(got, want)
+  assert probe.compare(json.loads(json.dumps(want)), want).passed
+  for bad in (forged(0, data=[]), forged(0, data=[2.5, 2.5]), forged(1, data=[1.]),
+              forged(1, data=[1., "2"]), forged(1, data=[1., [2.]]), forged(1, shape=[-2]),
+              forged(1, shape="2")):
+    assert not bad.passed and "array record" in bad.message, bad
+  assert forged(1, data=[1., "nan"]).label == "vector"   # the encoder's own specials still compare
+
+
+LOCKS = """\
+import ctypes, fcntl, json, struct, numpy
+f = open(numpy.__file__)
+lock = struct.pack("hhqqi", fcntl.F_RDLCK, 0, 0, 0, 0)
+got = {}
+for name, call in [("flock", lambda: fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)),
+                   ("lockf", lambda: fcntl.lockf(f, fcntl.LOCK_SH | fcntl.LOCK_NB)),
+                   ("getlk", lambda: fcntl.fcntl(f, fcntl.F_GETLK, lock)),
+                   ("ofd_setlk", lambda: fcntl.fcntl(f, 37, lock))]:
+  try:
+    call()
+    got[name] = "taken"
+  except OSError as e:
+    got[name] = e.errno
+got["inotify"] = ctypes.CDLL(None, use_errno=True).inotify_init1(0) >= 0
+got["plain_fcntl"] = fcntl.fcntl(f, fcntl.F_GETFD) >= 0
+print(json.dumps(got))
+"""
+
+
+@needs_bwrap
+def test_no_lock_channel_between_sandboxes():
+  """Locks on the files every sandbox sees (and watches on them) would let one sandbox tell
+  another anything: inside, every such call fails; outside, the same code takes them."""
+  outside = json.loads(subprocess.run([sys.executable, "-c", LOCKS], capture_output=True,
+                                      text=True, check=True).stdout)
+  assert outside == {"flock": "taken", "lockf": "taken", "getlk": "taken", "ofd_setlk": "taken",
+                     "inotify": True, "plain_fcntl": True}
+  sb, r = run_in_sandbox(LOCKS)
+  if sb.seccomp is None:
+    pytest.skip("no seccomp filter for this architecture")
+  assert json.loads(r.output) == {"flock": 37, "lockf": 37, "getlk": 37, "ofd_setlk": 37,
+                                  "inotify": False, "plain_fcntl": True}, r.output
+
+
+@needs_bwrap
+def test_sandbox_cpu_is_capped_and_counted():
+  """Each sandbox gets at most one core, and its CPU time (all its processes) is what
+  its time limit counts; the wall clock is only a generous bound."""
+  sb, _ = run_in_sandbox("pass")
+  if sb.mode != "cgroup-v1" or not os.access(sandbox.CGROUP_V1 / "cpuacct", os.W_OK):
+    pytest.skip(f"no cgroup cpu controllers here ({sb.mode})")
+  hog = "import os, time\nfor _ in range(3): os.fork()\nt = time.time()\nwhile time.time() - t < 3: pass"
+  _, r = run_in_sandbox(hog, timeout=60)
+  assert r.status == "ok" and r.cpu_seconds < 1.25 * r.seconds + 0.5, r   # 8 processes, one core
+  _, r = run_in_sandbox("while True: pass", cpu_seconds=1, timeout=120)
+  assert r.status == "timeout" and not r.wall and r.cpu_seconds >= 1 and r.seconds < 100, r
+  _, r = run_in_sandbox("import time; time.sleep(60)", cpu_seconds=30, timeout=2)
+  assert r.status == "timeout" and r.wall and r.waited < 1, r
+
+
+def test_select_and_review_aids_are_linear_and_never_recurse():
+  """A 13,000-line chain of assignments, a 400-term sum, a 1,200-long attribute chain and
+  call chain: each is read in well under a second per 10,000 lines, and nothing raises."""
+  from coursekit import definitions
+  chain = "a0 = 1\n" + "".join(f"a{i} = a{i - 1} + 1\n" for i in range(1, 13_000))
+  cells = [{"kind": "learner", "source": chain + "def answer():\n  return a12999\n",
+            "exercise": "9.9", "after": []}]
+  t0 = time.monotonic()
+  [got] = definitions.select(cells, ["answer"], "9.9")
+  assert got["source"].count("\n") == 13_001 and time.monotonic() - t0 < 10
+  for code in ("x = " + " + ".join(["1"] * 400), "y = a" + ".b" * 1200, "y = a" + ".b()" * 1200,
+               "z = a" + ".b" * 50_000):
+    flags.scan(code)
+    similarity.signature(code)
+    definitions.select([{"kind": "learner", "source": code, "exercise": "9.9", "after": []}],
+                       ["y"], "9.9")
+
+
+def test_a_notebook_that_breaks_or_stalls_the_reader_costs_only_its_rows():
+  stubs = grade.load_stubs()
+  sub = grade.Submission("a.ipynb", F.cases()["full.ipynb"].encode())
+  opts = grade.Options(part="part1")
+  starved = grade.Reader(grade.EXERCISES, opts, memory_mib=64)   # dies as it starts
+  try:
+    assert "crashed the grader's reader" in starved.read(sub).failure
+  finally:
+    starved.stop()
+  reader = grade.Reader(grade.EXERCISES, opts, seconds=1e-4)   # no notebook is read that fast
+  try:
+    p = reader.read(sub)
+    assert p.failure.startswith("not graded: reading it took more than") and p.student == "a"
+    reader.seconds = grade.READ_SECONDS
+    for _ in range(2):   # a fresh worker, which then serves notebook after notebook
+      p = reader.read(sub)
+      assert not p.failure and p.part == "part1" and set(p.runs) == set(stubs["part1"].exercises)
+  finally:
+    reader.stop()
+
+
+def test_ipython_syntax_and_line_ends_as_ipython_reads_them():
+  from coursekit.runner import neutralize
+  black = "ok = (\n    a\n    != b\n)\n"   # a continuation line that starts with `!=`
+  assert neutralize(black) == black and flags.scan(black) == []
+  assert neutralize("x = 1  # a pasted \u2028 separator\ny = 2\n").endswith("y = 2\n")
+  magics = neutralize("_x = !true\n%time y = 1\n!ls /\nz?\n")
+  ast_ok = compile(magics, "<cell>", "exec")
+  assert ast_ok and "get_ipython()" in magics and magics.count("\n") == 4
+  assert neutralize("%%time\nx = 1\n") == "\nx = 1\n"
+  assert grade.syntax_error("def f(:\n  pass").startswith("SyntaxError")
+
+
+def test_additions_to_the_setup_cell_are_kept():
+  stubs = grade.load_stubs()
+  nb = nbformat.reads(F.cases()["full.ipynb"], as_version=4)
+  setup = next(c for c in nb.cells if c.get("id") == "setup")
+  setup.source += "\nimport math\nnp = None   # a change to the stub's own line is theirs too\n"
+  cells = grade.program(nb, stubs["part1"])
+  assert [c["kind"] for c in cells[:2]] == ["stub", "learner"]
+  assert cells[0]["source"] == next(c for c in stubs["part1"].nb.cells if c.get("id") == "setup").source
+  assert "import math" in cells[1]["source"] and "np = None" in cells[1]["source"]
+  assert "import autodidax" not in cells[1]["source"]
+
+
+def test_review_aids_see_introspection_and_answers_as_they_run():
+  assert "looks into a function's module globals (__globals__)" in flags.scan(
+      'j = runtime.is_buffer.__globals__["_jax"]()', {"runtime": "autodidax.runtime"})
+  assert "reaches jax through autodidax.runtime._jax" in flags.scan(
+      'j = runtime.is_buffer.__globals__["_jax"]()', {"runtime": "autodidax.runtime"})
+  walk = flags.scan("try:\n  1 / 0\nexcept Exception as e:\n  f = e.__traceback__.tb_frame.f_back\n")
+  assert {"looks into tracebacks (__traceback__)", "looks into frames (f_back)"} <= set(walk)
+  assert "looks into a function's defaults (__defaults__)" in flags.scan("f.__defaults__ = (0,)")
+  stub = "def f(x):\n  raise NotImplementedError('Exercise 9.9')\n"
+  answer = "def f(x):\n  # raise NotImplementedError\n  return [x, x + 1, x * 2, x ** 3, -x]\n"
+  assert similarity.unanswered(stub) and not similarity.unanswered(answer)
+  p = grade.Parsed(grade.Submission("a.ipynb"), "a", "part1", runs={
+      "9.9": [{"kind": "stub", "source": "import numpy", "cell": 0},
+              {"kind": "learner", "source": answer, "cell": 3}],
+      "9.8": [{"kind": "learner", "source": stub, "cell": 4}]})
+  assert [s[1] for s in similarity.signatures(p)] == ["9.9"]
+
+
+@needs_bwrap
+def test_a_sandbox_that_fails_stops_the_run_with_not_graded(tmp_path):
+  """A bwrap that passes the start-up check but fails every real sandbox: no 0 points for
+  anyone, rows that say "not graded", and a non-zero exit."""
+  subs = tmp_path / "subs"
+  F.write(subs, names={"full.ipynb"})
+  bin_ = tmp_path / "bin"
+  bin_.mkdir()
+  real = subprocess.run(["sh", "-c", "command -v bwrap"], capture_output=True, text=True).stdout.strip()
+  (bin_ / "bwrap").write_text(f"#!/bin/sh\ncase \" $* \" in *\" --args \"*) echo 'bwrap: broken' >&2; "
+                              f"exit 1;; esac\nexec {real} \"$@\"\n")
+  (bin_ / "bwrap").chmod(0o755)
+  env = dict(_env(), PATH=f"{bin_}:{os.environ['PATH']}", XDG_CACHE_HOME=str(tmp_path / "cache"))
+  proc = finish(start(subs, "--out", tmp_path / "out", "--seed", 5, env=env))
+  assert proc.returncode == 3 and "not graded" in proc.stderr, proc.stderr[-2000:]
+  rows = read_rows(tmp_path / "out")
+  assert rows and all(r["status"] == "not graded" and r["points"] == "" for r in rows)
+  assert "bwrap: broken" in rows[0]["reason"]

@@ -37,8 +37,11 @@ def _env(tmp_path, **extra):
 
 
 def test_make_lab_starts_and_listens(tmp_path):
-  port = _free_port()
-  args = f"--no-browser --ip=127.0.0.1 --port={port} --port-retries=0"
+  """It answers, and its file browser lists the notebooks but not the solutions (source/)
+  nor the grader (coursekit/)."""
+  port, token = _free_port(), "lab-test-token"
+  args = (f"--no-browser --ip=127.0.0.1 --port={port} --port-retries=0 "
+          f"--IdentityProvider.token={token}")
   proc = subprocess.Popen([*MAKE, f"LAB_ARGS={args}"], cwd=ROOT, env=_env(tmp_path),
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           start_new_session=True)
@@ -51,6 +54,10 @@ def test_make_lab_starts_and_listens(tmp_path):
       except OSError:
         time.sleep(0.5)
     assert version, f"JupyterLab did not answer on port {port}"
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/contents/?token={token}",
+                                timeout=30) as r:
+      listed = {item["name"] for item in json.load(r)["content"]}
+    assert "part1.ipynb" in listed and not listed & {"source", "coursekit"}, listed
   finally:
     if proc.poll() is None:
       os.killpg(proc.pid, signal.SIGTERM)   # make, bash and jupyter: one session of ours
@@ -71,5 +78,8 @@ def test_make_lab_adds_allow_root_only_for_root(tmp_path, uid):
   assert proc.returncode == 0, proc.stdout + proc.stderr
   command = proc.stdout.strip().splitlines()[-1].split()
   assert command[:3] == [".venv/bin/jupyter", "lab", "exercises"]
-  assert command[3:] == (["--allow-root"] if uid == "0" else []) + ["--no-browser", "--port=8899"]
+  assert " ".join(command[3:5]) == "--ContentsManager.hide_globs=['source', 'coursekit',"
+  hidden = len(command) - 2 - (uid == "0")   # the hide_globs list is several words
+  assert command[hidden:] == (["--allow-root"] if uid == "0" else []) + ["--no-browser",
+                                                                          "--port=8899"]
   assert (NOTE in proc.stderr) == (uid == "0"), proc.stderr

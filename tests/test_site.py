@@ -67,7 +67,7 @@ def test_widget_js_is_local_when_fetched(build):
     pytest.skip("the build failed")
   if not WIDGET_JS.is_file():
     pytest.skip("widget JavaScript not fetched (scripts/fetch_widget_js.sh needs npm)")
-  pages = [p for p in HTML.rglob("*.html") if "widget-state+json" in p.read_text()]
+  pages = [p for p in HTML.rglob("*.html") if "widget-view+json" in p.read_text()]
   for page in pages:
     text = page.read_text()
     assert "_static/offline-widgets/embed-amd.js" in text, page
@@ -105,6 +105,11 @@ def browser(playwright):
     context.close()
 
 
+FIRST_WIDGET = "document.querySelector(\"script[type='application/vnd.jupyter.widget-view+json']\")"
+MAX_PAGE_BYTES = 1.5e6   # what a page fetches before the reader does anything
+MAX_SCREENS = 25         # a chapter's length at 1280 x 900, folded blocks folded
+
+
 class Page:
   """A page opened from disk, recording console errors and failed requests."""
 
@@ -113,16 +118,25 @@ class Page:
     self.page = page = context.new_page()
     page.set_viewport_size({"width": width, "height": 900})
     page.set_default_timeout(90_000)   # generous: a loaded 2-core machine is slow
-    self.requested = set()
     page.on("console", lambda m: m.type in ("error", "assert", "warning")
             and self.problems.append(f"console {m.type}: {m.text} {m.location}"))
-    page.on("request", lambda r: self.requested.add(r.url))
     page.on("pageerror", lambda e: self.problems.append(f"uncaught: {e}"))
     page.on("requestfailed", lambda r: self.problems.append(
       f"request failed: {r.url} ({r.failure})"))
     page.on("response", lambda r: r.status >= 400 and self.problems.append(
       f"HTTP {r.status}: {r.url}"))
     page.goto(path.as_uri(), wait_until="load")
+
+  def wake_widgets(self):
+    """Bring the first widget into view, so that the widget JavaScript loads
+    (it loads on demand), wait until the widgets are drawn, and go back to
+    the top."""
+    if not self.page.evaluate(FIRST_WIDGET + "!== null"):
+      return
+    self.page.evaluate(FIRST_WIDGET + ".parentElement.scrollIntoView()")
+    self.page.locator(".cell_output .jupyter-widgets").first.wait_for(state="attached",
+                                                                     timeout=60_000)
+    self.page.evaluate("window.scrollTo(0, 0)")
 
   def settle(self):
     # Not "networkidle": chromium's late favicon request can hold that off.
@@ -154,6 +168,7 @@ def test_part1_renders_graphs_and_widgets_offline(build, browser):
     _skip_or_fail("widget JavaScript not fetched (scripts/fetch_widget_js.sh needs npm)")
   p = _page(build, browser, "book/part1_interpreters.html")
   page = p.page
+  p.wake_widgets()
 
   # An ipywidget, rendered by the html-manager from the embedded state.
   widget = page.locator(".cell_output .jupyter-widgets").first
@@ -188,6 +203,7 @@ def test_jax_today_dispatch_stepper_steps_offline(build, browser):
     _skip_or_fail("widget JavaScript not fetched (scripts/fetch_widget_js.sh needs npm)")
   p = _page(build, browser, "book/jax_today.html")
   page = p.page
+  p.wake_widgets()
   page.locator(".widget-select select").first.wait_for(state="visible", timeout=20_000)
   _step_to(page, 3)
   assert p.problems == []
@@ -278,23 +294,26 @@ TOO_WIDE = """() => {
   return [...new Set(bad)].slice(0, 10);
 }"""
 
-# Inline SVG pictures (in widgets) that are shown: their accessible name, the
-# size of their smallest text as drawn, and at full size.
+# Inline SVG pictures (graphviz's, in widgets and panes) that are shown: their
+# accessible name, the size of their smallest text as drawn, and at full
+# size; their width as drawn and the width of the frame that holds them.
 INLINE_PICTURES = """() => [...document.querySelectorAll('.bd-article svg:has(g.graph)')]
   .filter(s => s.getBoundingClientRect().width > 0)
   .map(s => {
     const sizes = [...s.querySelectorAll('text')].map(t => parseFloat(t.getAttribute('font-size')));
     const font = Math.min(...sizes.filter(x => x > 0));
-    const vb = s.viewBox.baseVal.width;
+    const vb = s.viewBox.baseVal.width, frame = s.closest('.adx-fit') || s.parentElement;
     return {name: s.getAttribute('aria-label') || '', role: s.getAttribute('role'),
             drawn: font * s.getBoundingClientRect().width / vb,
             full: font * s.width.baseVal.value / vb,
+            width: s.getBoundingClientRect().width, frame: frame.clientWidth,
             zooms: !!s.closest('.adx-fit.adx-scaled')};
   })"""
 
 IMAGES = """() => [...document.querySelectorAll('.bd-article img')]
   .filter(i => i.getBoundingClientRect().width > 0)
   .map(i => ({src: i.src, alt: i.alt, width: i.getBoundingClientRect().width,
+              frame: (i.closest('div.adx-zoom') || i.parentElement).clientWidth,
               framed: !!i.closest('div.adx-zoom'),
               link: (i.closest('a[href]') || {}).href || ''}))"""
 
@@ -331,6 +350,22 @@ READING_RULES = r"""width => {
     if (cmp.classList.contains('adx-diffed') && panes[0] != panes[1] &&
         !cmp.querySelector('mark.adx-diff'))
       bad.push(`a comparison in ${where(cmp)} marks none of its differences`);
+    // Only real differences are marked: at most a quarter of each pane's
+    // lines, unless the pair is declared a whole-program difference, with
+    // a sentence saying why (outputs.compare(..., whole=...)).
+    if (cmp.classList.contains('adx-whole')) {
+      const why = cmp.nextElementSibling;
+      if (!(why && why.classList.contains('adx-why') && why.innerText.trim().length >= 30))
+        bad.push(`a comparison in ${where(cmp)} is declared whole without a sentence why`);
+    } else if (cmp.classList.contains('adx-diffed')) {
+      for (const fig of cmp.querySelectorAll('figure')) {
+        const lines = [...fig.querySelectorAll('span.adx-l')];
+        const marked = lines.filter(l => l.querySelector('mark.adx-diff')).length;
+        if (marked > 0.25 * lines.length)
+          bad.push(`a comparison in ${where(cmp)} marks ${marked} of ${lines.length} lines of ` +
+                   `"${fig.querySelector('figcaption').innerText.slice(0, 30)}"`);
+      }
+    }
     if (cmp.getBoundingClientRect().right > col.right + 1)
       bad.push(`a comparison in ${where(cmp)} is wider than the column`);
   }
@@ -375,11 +410,17 @@ SVG_FONT = re.compile(r'font-size="([0-9.]+)"')
 SVG_SIZE = re.compile(r'<svg[^>]*\bwidth="([0-9.]+)pt"[^>]*viewBox="[-0-9. ]*?([0-9.]+) [0-9.]+"')
 
 
-def _check_pictures(page, width):
+def _check_pictures(page, width, fit=True):
   """Alt text that is not a file path; a frame that zooms in place; labels
-  at least min_label_px(width) as drawn (a picture too wide for that scrolls
-  inside its frame, never the page)."""
+  at least min_label_px(width) as drawn. With `fit`, each picture fits its
+  frame as drawn, labels included: it is laid out for the column, never
+  scrolled inside its frame."""
   bad, least = [], min_label_px(width)
+  for pic in page.evaluate(IMAGES) + page.evaluate(INLINE_PICTURES):
+    if fit and pic["width"] > pic["frame"] + 1:
+      what = pic.get("name", "")[:50] or Path(unquote(urlparse(pic["src"]).path)).name
+      bad.append(f"picture {what!r}: {pic['width']:.0f} px wide in a frame of "
+                 f"{pic['frame']:.0f} px at {width} px")
   for img in page.evaluate(IMAGES):
     name = Path(unquote(urlparse(img["src"]).path)).name
     if not img["alt"].strip() or name in img["alt"] or len(img["alt"]) < 15:
@@ -450,6 +491,11 @@ def test_every_page_at_every_width(build, browser, rel, width):
   p = _page(build, browser, rel, width)
   p.settle()
   page = p.page
+  has_widgets = "widget-view+json" in (HTML / rel).read_text()
+  p.wake_widgets()
+  if width == 1280 and rel in CHAPTERS:   # long listings folded, as a reader finds them
+    screens = page.evaluate("() => document.querySelector('.bd-article').scrollHeight / 900")
+    assert screens <= MAX_SCREENS, f"{rel}: {screens:.1f} screens at 1280 px"
   broken = page.evaluate("""() => [...document.images]
       .filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src)""")
   assert broken == [], f"images that did not load: {broken}"
@@ -458,7 +504,6 @@ def test_every_page_at_every_width(build, browser, rel, width):
       .filter(s => { const b = s.getBoundingClientRect(); return !(b.width > 0 && b.height > 0); })
       .length""")
   assert empty == 0, f"{empty} inline SVG pictures have no size"
-  has_widgets = "widget-state+json" in (HTML / rel).read_text()
   if has_widgets:
     page.locator(".cell_output .jupyter-widgets").first.wait_for(state="visible")
     # Keyboard focus on a widget's dropdown or list is plain to see.
@@ -472,7 +517,7 @@ def test_every_page_at_every_width(build, browser, rel, width):
   for state in _widget_states(page):
     wide = page.evaluate(TOO_WIDE)
     assert wide == [], f"{rel} at {width} px, {state}: too wide: {wide}"
-    bad = _check_pictures(page, width)
+    bad = _check_pictures(page, width, fit=width in (390, 1280))
     if width in (390, 1280):
       bad += page.evaluate(READING_RULES, width)
     assert bad == [], f"{rel} at {width} px, {state}:\n" + "\n".join(bad)
@@ -484,17 +529,76 @@ def test_every_page_at_every_width(build, browser, rel, width):
     page.screenshot(path=str(SCREENSHOTS / f"{name}_{width}.jpg"), full_page=True,
                     type="jpeg", quality=70)
   _menu_opens(page, width)
-  if width == 1280:   # the weight the footer states: what the browser fetched
-    stated = page.locator(".adx-page-weight").inner_text()
-    m = re.search(r"weighs ([0-9.]+) (MB|kB)", stated)
-    assert m, stated
-    said = float(m.group(1)) * (1e6 if m.group(2) == "MB" else 1e3)
-    files = {Path(unquote(urlparse(u).path)) for u in p.requested if u.startswith("file:")}
-    fetched = sum(f.stat().st_size for f in files if f.is_file())
-    assert 0.8 * fetched <= said <= 1.25 * fetched, (stated, fetched)
-    if not has_widgets:
-      assert fetched < 3e6, f"{rel} weighs {fetched / 1e6:.1f} MB without widgets"
   assert p.problems == []
+  page.close()
+
+
+# -- Light pages: measured over HTTP, where the browser's resource timing works ----
+
+@pytest.fixture(scope="module")
+def served(build):
+  """The built site on a local HTTP server (a file:// page has no resource
+  timing): its base URL."""
+  import functools
+  import http.server
+  import threading
+  if build.returncode != 0:
+    pytest.skip("the build failed")
+  class Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+      pass
+  server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                           functools.partial(Quiet, directory=str(HTML)))
+  threading.Thread(target=server.serve_forever, daemon=True).start()
+  yield f"http://127.0.0.1:{server.server_address[1]}/"
+  server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def http_browser(playwright, served):
+  b = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+  context = b.new_context()
+  context.route(lambda url: not url.startswith(served), lambda route: route.abort())
+  yield context
+  b.close()
+
+
+RESOURCE_BYTES = """() => [...performance.getEntriesByType('navigation'),
+                           ...performance.getEntriesByType('resource')]
+  .map(e => [e.name, e.decodedBodySize])"""
+
+
+@pytest.mark.parametrize("width", (390, 1280))
+@pytest.mark.parametrize("rel", CHAPTERS)
+def test_a_chapter_arrives_light(build, http_browser, served, rel, width):
+  """Before the reader does anything, a chapter's text and pictures arrive
+  in at most MAX_PAGE_BYTES (the browser's resource timing, uncompressed),
+  and the widgets' JavaScript has not loaded; it loads when a widget comes
+  near, and the widgets are drawn. The footer states the weight measured."""
+  if not WIDGET_JS.is_file():
+    _skip_or_fail("widget JavaScript not fetched (scripts/fetch_widget_js.sh needs npm)")
+  page = http_browser.new_page()
+  page.set_viewport_size({"width": width, "height": 900})
+  page.goto(served + rel, wait_until="load")
+  page.evaluate("document.fonts.ready.then(() => true)")
+  page.wait_for_timeout(1000)
+  loaded = page.evaluate(RESOURCE_BYTES)
+  before = sum(n for _, n in loaded)
+  assert before <= MAX_PAGE_BYTES, \
+      f"{rel} at {width} px: {before / 1e6:.2f} MB before any interaction"
+  assert not [u for u, _ in loaded if "offline-widgets" in u or "_widget_state" in u], \
+      f"{rel}: the widgets loaded before one came near"
+  stated = page.locator(".adx-page-weight").inner_text()
+  m = re.search(r"weighs ([0-9.]+) (MB|kB)", stated)
+  assert m, stated
+  said = float(m.group(1)) * (1e6 if m.group(2) == "MB" else 1e3)
+  assert 0.8 * before <= said <= 1.25 * before, (stated, before)
+  if "widget-view+json" in (HTML / rel).read_text():
+    assert "load when you come near one" in stated, stated
+    page.evaluate(FIRST_WIDGET + ".parentElement.scrollIntoView()")
+    page.locator(".cell_output .jupyter-widgets").first.wait_for(state="attached",
+                                                                 timeout=60_000)
+    assert [u for u, _ in page.evaluate(RESOURCE_BYTES) if u.endswith("embed-amd.js")]
   page.close()
 
 
@@ -526,12 +630,29 @@ def test_widgets_show_a_static_picture_without_javascript(build, no_js_browser):
     page.close()
 
 
+@pytest.mark.parametrize("width", (390, 1280))
+def test_pictures_fit_their_frames_without_javascript(build, no_js_browser, width):
+  """With JavaScript off (no zooming, no widths set by autodidax.js), every
+  picture of every chapter, static widget panes included, fits its frame
+  with labels of at least min_label_px(width)."""
+  if build.returncode != 0:
+    pytest.skip("the build failed")
+  bad = []
+  for rel in CHAPTERS:
+    page = no_js_browser.new_page()
+    page.set_viewport_size({"width": width, "height": 900})
+    page.goto((HTML / rel).as_uri())
+    bad += [f"{rel}: {b}" for b in _check_pictures(page, width)]
+    page.close()
+  assert bad == [], "\n".join(bad)
+
+
 def test_widget_javascript_only_on_pages_with_widgets(build):
   if build.returncode != 0:
     pytest.skip("the build failed")
   for page in HTML.rglob("*.html"):
     text = page.read_text()
-    if "_static" in page.parts or "widget-state+json" in text:
+    if "_static" in page.parts or "widget-view+json" in text:
       continue
     assert "embed-amd.js" not in text and "require.js" not in text, page
 
@@ -653,6 +774,7 @@ def test_explorers_switch_panes_without_a_kernel(build, browser, rel):
     _skip_or_fail("widget JavaScript not fetched (scripts/fetch_widget_js.sh needs npm)")
   p = _page(build, browser, rel)
   page = p.page
+  p.wake_widgets()
   pick = page.locator(".widget-dropdown select").first
   pick.wait_for(state="visible", timeout=30_000)
   pane = """() => document.querySelector('.widget-dropdown').closest('.widget-vbox')

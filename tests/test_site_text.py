@@ -95,10 +95,11 @@ def test_no_object_ids(pages):
     for m in SVG_NAMES.finditer(page):
       if OBJECT_ID.search(m.group(1) or m.group(2)):
         bad.append(f"{name}: picture name {(m.group(1) or m.group(2))[:60]!r}")
-  for svg in (HTML / "_images").glob("*.svg"):
+  # Pictures' files, and the widgets' saved state (loaded on demand, book/_ext/page_weight.py).
+  for svg in [*(HTML / "_images").glob("*.svg"), *(HTML / "_widget_state").glob("*.js")]:
     for m in SVG_NAMES.finditer(svg.read_text(errors="replace")):
       if OBJECT_ID.search(m.group(1) or m.group(2)):
-        bad.append(f"_images/{svg.name}: {(m.group(1) or m.group(2))[:60]!r}")
+        bad.append(f"{svg.parent.name}/{svg.name}: {(m.group(1) or m.group(2))[:60]!r}")
   assert not bad, "\n".join(sorted(set(bad))[:30])
 
 
@@ -138,6 +139,7 @@ def _code_blocks(page: str):
 FIRST_PICTURE = re.compile(r'<div class="adx-zoom"|class="adx-fit"|&lt;svg|<svg[^>]*role="img"')
 MAX_CODE_BEFORE_PICTURE = 30
 MAX_LISTING = 45
+MAX_LIBRARY_LISTING = 30   # literalinclude folds longer ones (book/_ext/listings.py)
 
 
 @pytest.mark.parametrize("doc", _chapters())
@@ -162,6 +164,12 @@ def test_chapter_shape(pages, doc):
   for at, n, folded in _code_blocks(page):
     if n > MAX_LISTING and not folded:
       problems.append(f"a listing of {n} lines not folded")
+  for m in re.finditer(r'<div class="highlight-python notranslate">', page):   # the library's
+    pre = re.search(r"<pre>(.*?)</pre>", page[m.end():], re.S)
+    n = html.unescape(re.sub(r"<[^>]+>", "", pre.group(1))).strip("\n").count("\n") + 1
+    before = page[:m.start()]
+    if n > MAX_LIBRARY_LISTING and not before.rstrip().endswith("</summary>"):
+      problems.append(f"a library listing of {n} lines not folded behind a summary")
   body = source.split("\n# ", 1)[-1]
   body = re.sub(r"```\{code-cell\}[^\n]*\n:tags: \[remove-cell\].*?\n```", "", body, flags=re.S)
   opening = body.split("\n", 1)[-1].split("```{code-cell}", 1)[0]
@@ -177,3 +185,51 @@ def test_chapter_shape(pages, doc):
     if re.search(r"^## ", tail[3:], re.M):
       problems.append("the recap is not the last section")
   assert not problems, f"{doc}: " + "; ".join(problems)
+
+
+# -- Comparisons mark only real differences (book/_ext/outputs.py) -----------------
+
+def _outputs():
+  sys.path.insert(0, str(ROOT / "book" / "_ext"))
+  import outputs
+  return outputs
+
+
+def _marked_lines(panes):
+  figures = re.findall(r"<figure.*?</figure>", panes._repr_html_(), re.S)
+  return [(len(re.findall(r'class="adx-l"', f)),
+           len(re.findall(r'<span class="adx-l"[^>]*>(?:(?!<span class="adx-l").)*adx-diff', f,
+                          re.S))) for f in figures]
+
+
+def test_jaxs_let_blocks_are_written_in_place_before_diffing():
+  outputs = _outputs()
+  jax_text = ("let jaxpr = { lambda ; a:f64[]. let\n    b:f64[] = sin a\n  in (b,) } in\n"
+              "{ lambda ; c:f64[]. let\n    _:f64[] = cos c\n    d:f64[] = remat2[\n"
+              "      jaxpr=jaxpr\n      policy=None\n    ] c\n  in (d,) }")
+  ours = ("{ lambda ; a:f64[]. let\n    e:f64[] = cos a\n    b:f64[] = remat[\n"
+          "      jaxpr={ lambda ; c:f64[]. let\n          d:f64[] = sin c\n        in (d,) }\n"
+          "      policy=None\n    ] a\n  in (b,) }")
+  inlined = outputs.inline_lets(jax_text)
+  assert inlined.split("\n")[3:6] == ["      jaxpr={ lambda ; a:f64[]. let",
+                                      "          b:f64[] = sin a", "        in (b,) }"]
+  pair = outputs.compare(ours, jax_text)
+  assert "let blocks written in place" in pair.titles[1]
+  html = pair._repr_html_()
+  marks = re.findall(r'<mark class="adx-diff">(.*?)</mark>', html)
+  assert sorted(marks) == ["_", "e", "remat", "remat2"]   # JAX's unused result, the names
+  assert all(m <= 0.25 * n for n, m in _marked_lines(pair))
+  assert "adx-whole" not in html
+  # Without the inlining, the whole sub-jaxpr would be marked on both sides.
+  assert not all(m <= 0.25 * n for n, m in
+                 _marked_lines(outputs.compare(ours, jax_text.replace("jaxpr=jaxpr", "jaxpr=x"))))
+
+
+def test_dtypes_alike_only_when_asked_and_whole_pairs_say_why():
+  outputs = _outputs()
+  a, b = "x:f64[] = sin y", "x:f32[] = sin y"
+  mark = '<mark class="adx-diff">'
+  assert mark in outputs.compare(a, b)._repr_html_()
+  assert mark not in outputs.compare(a, b, dtypes=False)._repr_html_()
+  html = outputs.compare("a", "b", whole="Two designs: a stack and a chain of traces.")._repr_html_()
+  assert 'class="adx-compare adx-diffed adx-whole"' in html and 'class="adx-why"' in html

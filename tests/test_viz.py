@@ -5,6 +5,7 @@ import pytest
 import autodidax as adx
 import autodidax.numpy as anp
 from autodidax import core, viz
+from autodidax.viz.draw import clip
 
 
 def _svg(graph) -> str:
@@ -117,11 +118,11 @@ def test_inline_pictures_shrink_to_fit_and_have_an_accessible_name():
 
 def test_labels_are_cut_at_a_word_with_an_ellipsis():
   long = ", ".join(f"param{i}=value{i}" for i in range(12))
-  cut = viz._clip(long, 60)
+  cut = clip(long, 60)
   assert len(cut) <= 60 and cut.endswith("…")
   assert long.startswith(cut[:-1]) and cut[-2] not in ", "
   assert long[len(cut) - 1] in ", "   # cut at a separator, not inside a word
-  assert viz._clip("short", 60) == "short"
+  assert clip("short", 60) == "short"
 
 
 def test_staging_levels_show_their_builder_not_a_raw_repr():

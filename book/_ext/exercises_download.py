@@ -7,6 +7,7 @@ The build copies the notebooks into the site's exercises/ folder, with
 autodidax-course.zip: the library and the check helpers, which
 `pip install autodidax-course.zip` installs anywhere.
 """
+import io
 import shutil
 import zipfile
 from pathlib import Path
@@ -32,7 +33,27 @@ def _link_line(app, docname, notebook):
           'on your computer or in any Jupyter.</p>')
 
 
+ZIP_SIZE = "<!-- adx-zip-size -->"   # where a page shows the zip's size (inline HTML)
+
+
+def _zip_size(app) -> str:
+  """The zip's size as the build writes it, in kB (once per build)."""
+  if not hasattr(app, "_adx_zip_size"):
+    buffer = io.BytesIO()
+    write_zip(Path(app.confdir), buffer)
+    app._adx_zip_size = f"{round(len(buffer.getvalue()) / 1000)} kB"
+  return app._adx_zip_size
+
+
+def _fill_zip_size(app, doctree):
+  for node in doctree.findall(nodes.raw):
+    if ZIP_SIZE in node.astext():
+      text = node.astext().replace(ZIP_SIZE, _zip_size(app))
+      node.replace_self(nodes.raw("", text, format=node.get("format", "html")))
+
+
 def _add_link(app, doctree, docname):
+  _fill_zip_size(app, doctree)
   notebook = app.config.adx_exercises.get(docname)
   if notebook is None or app.builder.format != "html":
     return

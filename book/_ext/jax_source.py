@@ -10,7 +10,9 @@ it, cites the file and the function or class:
 The path is under `jax/_src/`; the name after the colon is a top-level
 function, class or assignment of that file, or a method (or class-level name)
 of one of its classes. The role renders as the name and the file, or only
-as the text given before `<...>`, and a citation
+as the text given before `<...>`; where the prose has just named it
+("`jit` is {jaxsrc}`api.py:jit`"), as the file alone, so that no name
+reads twice. A citation
 that does not resolve in the installed JAX is a build warning, which fails
 the build. tests/test_jax_claims.py uses `resolve` to check every chapter
 without building, and requires that a paragraph about JAX either cites JAX
@@ -113,6 +115,29 @@ def jaxsrc_role(name, rawtext, text, lineno, inliner, options=None, content=None
   return [nodes.inline(rawtext, "", *parts, classes=["adx-jaxsrc"])], []
 
 
+def named_just_before(cite: nodes.Node) -> bool:
+  """Whether the code just before a citation (a few characters of text
+  between, like " in " or " (") is the name it cites: `checkpoint` after
+  `jax.checkpoint`, `SymbolicZero` after `SymbolicZero`."""
+  name = cite.children[0].astext().rsplit(".", 1)[-1]
+  parent, between = cite.parent, ""
+  for sibling in reversed(parent.children[:parent.index(cite)]):
+    if isinstance(sibling, nodes.literal):
+      return len(between) <= 12 and sibling.astext().rsplit(".", 1)[-1] == name
+    if not isinstance(sibling, nodes.Text):
+      return False
+    between = sibling.astext() + between
+  return False
+
+
+def _no_doubled_names(app, doctree):
+  for cite in list(doctree.findall(nodes.inline)):
+    if ("adx-jaxsrc" in cite["classes"] and len(cite.children) == 3
+        and named_just_before(cite)):
+      del cite.children[:2]   # the name and " in ": the file alone
+
+
 def setup(app):
   app.add_role("jaxsrc", jaxsrc_role)
+  app.connect("doctree-read", _no_doubled_names)
   return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -7,7 +7,14 @@ these helpers only decide how its results look on the page:
 - `compare(ours, theirs)`: two texts (jaxprs, StableHLO) in panes that sit
   side by side when both fit the column and stack otherwise, with every
   token that differs marked. Long lines wrap under their own indentation, so
-  nothing is ever cut off.
+  nothing is ever cut off. Both sides are normalised first, so that only
+  real differences are marked: a `let name = {...} in` block, which JAX
+  prints for a sub-jaxpr, is written in place where its name is used, as
+  ours prints it (the pane's title says so); `dtypes=False` compares
+  float64 and float32 alike, for a pair whose sides differ in precision by
+  design. A pair that differs throughout (two programs, two designs) is
+  declared with `whole="why"`: the sentence shows under the panes, and the
+  site test then allows more than a quarter of the lines marked.
 - `panes({title: thing, ...})`: the same panes without the diff, for
   pictures or for more than two texts (`viz.Columns` and `viz.SideBySide`
   are accepted as they are).
@@ -32,16 +39,20 @@ TOKEN = re.compile(r"\s+|%?[\w.]+|.")
 class Panes:
   """Titled panes in a grid: side by side while they fit, stacked when not."""
 
-  def __init__(self, titles, bodies, widths, text, diff=False):
+  def __init__(self, titles, bodies, widths, text, diff=False, whole=None):
     self.titles, self.bodies, self.widths, self.text = titles, bodies, widths, text
-    self.diff = diff
+    self.diff, self.whole = diff, whole
 
   def _repr_html_(self):
     width = max(self.widths)
     cells = "".join(f'<figure class="adx-pane"><figcaption>{html.escape(t)}</figcaption>'
                     f"{b}</figure>" for t, b in zip(self.titles, self.bodies))
     kind = "adx-compare adx-diffed" if self.diff else "adx-compare"
-    return f'<div class="{kind}" style="--adx-pane:{width}">{cells}</div>'
+    why = ""
+    if self.whole:
+      kind += " adx-whole"
+      why = f'<p class="adx-why">{html.escape(self.whole)}</p>'
+    return f'<div class="{kind}" style="--adx-pane:{width}">{cells}</div>{why}'
 
   def __repr__(self):
     return self.text
@@ -82,17 +93,51 @@ def _pre(lines_html) -> str:
 
 
 SSA_NUMBER = re.compile(r"^%\d+$")
-BINDER = re.compile(r"(?<![\w.])([a-z]+|_):(?=[a-z]+\d*\[)")   # `c:f64[3]` in a jaxpr
+BINDER = re.compile(r"(?<![\w.])([a-z]+):(?=[a-z]+\d*\[)")   # `c:f64[3]` in a jaxpr
+FLOAT = re.compile(r"^(f32|f64|float32|float64)$")
 
 
-def _keyer(text: str):
+def _keyer(text: str, dtypes: bool = True):
   """What a text's tokens are compared as. A jaxpr's variables are alike, and
   so are MLIR's numbered values (`%3`): one more equation or constant on one
   side renames everything after it, and marking every name would hide the
-  differences that matter."""
+  differences that matter. JAX's `_`, a result nobody uses, stays itself.
+  Without `dtypes`, float32 and float64 are alike too."""
   names = set(BINDER.findall(text))
   return lambda token: ("%N" if SSA_NUMBER.match(token) else
-                        "v" if token in names else token)
+                        "v" if token in names else
+                        "float" if not dtypes and FLOAT.match(token) else token)
+
+
+LET = re.compile(r"^let (\w+) = (\{.*)$")
+USE = re.compile(r"^(\s*)(\w+)=(\w+)$")   # `      jaxpr=name`, a parameter on its own line
+
+
+def inline_lets(text: str) -> str:
+  """JAX's jaxpr text with each `let name = { ... } in` block (a sub-jaxpr
+  it names once and refers to by name) written where the name is used, as
+  a parameter `jaxpr=name` on its own line, indented as ours prints it."""
+  lines, blocks, i = text.split("\n"), {}, 0
+  while i < len(lines) and (m := LET.match(lines[i])):
+    j = i
+    while not lines[j].endswith("} in"):
+      j += 1
+    blocks[m.group(1)] = [m.group(2)] + lines[i + 1:j] + [lines[j][:-len(" in")]]
+    if j == i:
+      blocks[m.group(1)] = [m.group(2)[:-len(" in")]]
+    i = j + 1
+
+  def expand(body):
+    out = []
+    for line in body:
+      m = USE.match(line)
+      if m and m.group(3) in blocks:
+        sub = expand(blocks[m.group(3)])
+        out += [f"{m.group(1)}{m.group(2)}={sub[0]}"] + [m.group(1) + l for l in sub[1:]]
+      else:
+        out.append(line)
+    return out
+  return "\n".join(expand(lines[i:])) if blocks else text
 
 
 def _token_marks(a: str, b: str, key_a, key_b):
@@ -113,10 +158,10 @@ def _token_marks(a: str, b: str, key_a, key_b):
   return ma, mb
 
 
-def _diff(a_lines, b_lines):
+def _diff(a_lines, b_lines, dtypes=True):
   """Each side's lines as HTML, with what differs from the other side marked."""
   out_a, out_b = [], []
-  key_a, key_b = _keyer("\n".join(a_lines)), _keyer("\n".join(b_lines))
+  key_a, key_b = _keyer("\n".join(a_lines), dtypes), _keyer("\n".join(b_lines), dtypes)
   keyed = lambda ls, key: ["".join(key(t) for t in TOKEN.findall(l)) for l in ls]
   sm = difflib.SequenceMatcher(None, keyed(a_lines, key_a), keyed(b_lines, key_b),
                                autojunk=False)
@@ -139,13 +184,20 @@ def _width_ch(lines) -> str:
   return f"{max([len(l) for l in lines] + [20]) + 3}ch"
 
 
-def compare(ours, theirs, titles=("autodidax", "JAX")) -> Panes:
-  """Two texts, each token that differs between them marked."""
-  a, b = _text(ours).split("\n"), _text(theirs).split("\n")
-  html_a, html_b = _diff(a, b)
-  text = "\n\n".join(f"--- {t}\n{s}" for t, s in zip(titles, (_text(ours), _text(theirs))))
-  return Panes(list(titles), [_pre(html_a), _pre(html_b)], [_width_ch(a), _width_ch(b)], text,
-               diff=True)
+def compare(ours, theirs, titles=("autodidax", "JAX"), dtypes=True,
+            whole: str | None = None) -> Panes:
+  """Two texts, normalised (see the module's docstring), each token that
+  differs between them marked."""
+  titles, texts = list(titles), [_text(ours), _text(theirs)]
+  for k, t in enumerate(texts):
+    if inline_lets(t) != t:
+      texts[k] = inline_lets(t)
+      titles[k] += " (let blocks written in place)"
+  a, b = texts[0].split("\n"), texts[1].split("\n")
+  html_a, html_b = _diff(a, b, dtypes)
+  text = "\n\n".join(f"--- {t}\n{s}" for t, s in zip(titles, texts))
+  return Panes(titles, [_pre(html_a), _pre(html_b)], [_width_ch(a), _width_ch(b)], text,
+               diff=True, whole=whole)
 
 
 def _body(x):
@@ -252,9 +304,10 @@ def _items(xs) -> str:
 
 
 def trace_log():
-  """Make `viz.trace` print tracers compactly (see `compact`)."""
-  from autodidax import viz
-  full = viz.pp_traced
+  """Make `viz.trace` print tracers compactly (see `compact`): it prints
+  through `pp_traced` of its own module, autodidax/viz/calls.py."""
+  from autodidax.viz import calls
+  full = calls.pp_traced
   if getattr(full, "__name__", "") != "pp_traced":
     return
-  viz.pp_traced = lambda x: compact(x, full)
+  calls.pp_traced = lambda x: compact(x, full)

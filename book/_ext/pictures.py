@@ -115,7 +115,8 @@ def _scrub(app, exception):
   if exception is not None or app.builder.format != "html":
     return
   out = Path(app.outdir)
-  for f in [*out.glob("_images/*.svg"), *out.rglob("*.html")]:
+  for f in [*out.glob("_images/*.svg"), *out.glob("_widget_state/*.js"),
+            *out.rglob("*.html")]:
     text = f.read_text(errors="replace")
     new = scrub_ids(text)
     if new != text:

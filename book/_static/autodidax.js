@@ -135,6 +135,37 @@
     if (e.target.classList && e.target.classList.contains("adx-scrolls")) edges(e.target);
   }, true);
 
+  // The widgets' JavaScript (4.5 MB) loads when a widget first comes near
+  // the viewport: book/_ext/page_weight.py lists its scripts in
+  // #adx-widget-js instead of loading them with the page. They run in order,
+  // each after the one before has loaded; the last draws every widget.
+  function loadInOrder(list) {
+    if (!list.length) return;
+    var item = list[0], s = document.createElement("script");
+    Object.keys(item.attrs || {}).forEach(function (k) { s.setAttribute(k, item.attrs[k]); });
+    if (item.src) {
+      s.onload = function () { loadInOrder(list.slice(1)); };
+      s.src = item.src;
+      document.head.appendChild(s);
+    } else {
+      s.textContent = item.body;
+      document.head.appendChild(s);
+      loadInOrder(list.slice(1));
+    }
+  }
+  ready(function () {
+    var listed = document.getElementById("adx-widget-js");
+    if (!listed) return;
+    var scripts = JSON.parse(listed.textContent), started = false;
+    function start() { if (!started) { started = true; loadInOrder(scripts); } }
+    var views = document.querySelectorAll("script[type='application/vnd.jupyter.widget-view+json']");
+    if (!window.IntersectionObserver) return start();
+    var near = new IntersectionObserver(function (entries) {
+      if (entries.some(function (e) { return e.isIntersecting; })) { near.disconnect(); start(); }
+    }, {rootMargin: "600px 0px"});
+    views.forEach(function (v) { near.observe(v.parentElement); });
+  });
+
   var pending = null;
   function refresh() {
     if (pending) return;
@@ -157,5 +188,36 @@
       new MutationObserver(refresh).observe(article, {childList: true, subtree: true,
         attributes: true, attributeFilter: ["style", "hidden"]});
     }
+  });
+
+  // Downloading a notebook. Its "In the book" links are relative to this site
+  // (../book/..., the notebooks sit in exercises/, beside book/), so a notebook
+  // saved anywhere else would lose them: the download rewrites them to this
+  // site's absolute addresses, from the notebook's own address. Where fetching
+  // isn't possible (a page opened from a file), the plain download runs.
+  ready(function () {
+    document.querySelectorAll('a[href$=".ipynb"][download]').forEach(function (a) {
+      a.addEventListener("click", function (e) {
+        if (a.dataset.plain || !window.fetch || !window.Blob) return;
+        e.preventDefault();
+        var url = new URL(a.getAttribute("href"), document.baseURI);
+        fetch(url.href).then(function (r) {
+          if (!r.ok) throw new Error(r.status);
+          return r.text();
+        }).then(function (text) {
+          var book = new URL("../book/", url).href;
+          var save = document.createElement("a");
+          save.href = URL.createObjectURL(new Blob(
+            [text.split("](../book/").join("](" + book)], {type: "application/x-ipynb+json"}));
+          save.download = a.getAttribute("download") || url.pathname.split("/").pop();
+          document.body.appendChild(save);
+          save.click();
+          save.remove();
+        }).catch(function () {
+          a.dataset.plain = "1";
+          a.click();
+        });
+      });
+    });
   });
 })();

@@ -24,7 +24,7 @@ import re
 import symtable
 from dataclasses import dataclass, field
 
-from .runner import neutralize
+from .runner import lines as split_lines, neutralize, parse
 
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.ListComp,
            ast.SetComp, ast.DictComp, ast.GeneratorExp)
@@ -98,7 +98,7 @@ def _reads(source: str) -> set:
   """Module-level names that `source` (one statement) reads, in any scope inside it."""
   try:
     top = symtable.symtable(source, "<statement>", "exec")
-  except SyntaxError:
+  except (SyntaxError, RecursionError, MemoryError):
     return set()
   names = {s.get_name() for s in top.get_symbols() if s.is_referenced()}
   stack = list(top.get_children())
@@ -118,32 +118,40 @@ def _span(node) -> tuple[int, int]:
 
 def statements(cell_index: int, source: str) -> list[Statement] | None:
   """The top-level statements of one cell (None if it doesn't parse)."""
-  python = neutralize(source)
-  try:
-    tree = ast.parse(python)
-  except (SyntaxError, ValueError):
+  tree = parse(source)
+  if isinstance(tree, Exception):
     return None
-  lines = python.splitlines()
+  python = neutralize(source)
+  lines = split_lines(python)
   out = []
   for node in tree.body:
     start, end = _span(node)
-    text = "\n".join(lines[start - 1:end]) if node.col_offset == 0 \
-        else ast.get_source_segment(python, node) or ""
+    text = "\n".join(lines[start - 1:end]) if node.col_offset == 0 else _segment(lines, node)
     binds, changes, star = _binds_and_changes(node)
     out.append(Statement(cell_index, node, binds, changes, _reads(text), star))
   return out
 
 
-def _source(python: str, chosen: list[ast.stmt]) -> str:
+def _segment(lines: list[str], node) -> str:
+  """`ast.get_source_segment`, from lines split once (it splits the source at every call)."""
+  first, last = node.lineno - 1, node.end_lineno - 1   # offsets count UTF-8 bytes
+  head, tail = lines[first].encode(), lines[last].encode()
+  if first == last:
+    return head[node.col_offset:node.end_col_offset].decode()
+  return "\n".join([head[node.col_offset:].decode(), *lines[first + 1:last],
+                    tail[:node.end_col_offset].decode()])
+
+
+def only(python: str, chosen: list[ast.stmt]) -> str:
   """The cell's source with only `chosen` statements, each on its own lines."""
-  lines = python.splitlines()
+  lines = split_lines(python)
   out = [""] * len(lines)
   for node in chosen:
-    if node.col_offset == 0 and not _shares_line(python, node):
+    if node.col_offset == 0 and not _shares_line(lines, node):
       start, end = _span(node)
       out[start - 1:end] = lines[start - 1:end]
     else:
-      seg = (ast.get_source_segment(python, node) or "").split("\n")
+      seg = _segment(lines, node).split("\n")
       i = node.lineno - 1
       out[i] = f"{out[i]}; {seg[0]}" if out[i].strip() else seg[0]
       for k, text in enumerate(seg[1:], 1):
@@ -153,17 +161,18 @@ def _source(python: str, chosen: list[ast.stmt]) -> str:
   return "\n".join(out)
 
 
-def _shares_line(python: str, node) -> bool:
+def _shares_line(lines: list[str], node) -> bool:
   """A simple statement followed by `; more` on its last line."""
   if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.If, ast.For,
                        ast.While, ast.With, ast.Try, ast.AsyncFor, ast.AsyncWith)):
     return False
-  last = python.splitlines()[node.end_lineno - 1]
-  return bool(last[node.end_col_offset:].strip().lstrip(";").strip()) or \
+  last = lines[node.end_lineno - 1].encode()   # offsets count UTF-8 bytes
+  return bool(last[node.end_col_offset:].strip().lstrip(b";").strip()) or \
       bool(last[:node.col_offset].strip())
 
 
-def select(cells: list[dict], names, exercise: str | None = None) -> list[dict]:
+def select(cells: list[dict], names, exercise: str | None = None,
+           cache: dict | None = None) -> list[dict]:
   """The code to run for an exercise whose probe takes `names`: from a program
   (`[{"kind": "stub"|"learner", "source", "exercise", "after"}]`, as `grade.program`
   gives it), every stub cell whole, and from the learner's cells above the exercise's
@@ -174,28 +183,37 @@ def select(cells: list[dict], names, exercise: str | None = None) -> list[dict]:
 
   A learner cell that doesn't parse is kept whole (it will report its SyntaxError)
   when it is the exercise's own solution cell or looks like it defines a name the
-  exercise needs."""
+  exercise needs. `cache`: a dict shared by the calls for one program's exercises, so
+  that each cell is parsed once."""
+  cache = {} if cache is None else cache
   cells = [{**c, "kind": "later"} if exercise in c.get("after", ()) else c for c in cells]
   parsed = {}
   assigned = set()   # names some statement binds other than by import (so: objects of the notebook)
   for i, c in enumerate(cells):
-    st = statements(i, c["source"])
-    parsed[i] = st
+    if (i, c["source"]) not in cache:
+      cache[i, c["source"]] = statements(i, c["source"])
+    st = parsed[i] = cache[i, c["source"]]
     for s in st or []:
       if not isinstance(s.node, (ast.Import, ast.ImportFrom)):
         assigned |= s.binds
   learner = [s for i, c in enumerate(cells) if c["kind"] == "learner" for s in parsed[i] or []]
-  needed, chosen = set(names), set()
-  changed = True
-  while changed:
-    changed = False
-    for k, s in enumerate(learner):
-      if k in chosen:
-        continue
-      if s.star or s.binds & needed or s.changes & needed & assigned:
+  binders, changers = {}, {}   # name -> the statements that bind it, that change its object
+  for k, s in enumerate(learner):
+    for n in s.binds:
+      binders.setdefault(n, []).append(k)
+    for n in s.changes & assigned:
+      changers.setdefault(n, []).append(k)
+  chosen = {k for k, s in enumerate(learner) if s.star}
+  work, needed = [*names, *(n for k in chosen for n in learner[k].reads)], set()
+  while work:   # a worklist: each name, and each statement, is taken once
+    n = work.pop()
+    if n in needed:
+      continue
+    needed.add(n)
+    for k in binders.get(n, []) + changers.get(n, []):
+      if k not in chosen:
         chosen.add(k)
-        needed |= s.reads
-        changed = True
+        work += learner[k].reads
   by_cell: dict[int, list] = {}
   for k in sorted(chosen):
     by_cell.setdefault(learner[k].cell, []).append(learner[k].node)
@@ -209,7 +227,7 @@ def select(cells: list[dict], names, exercise: str | None = None) -> list[dict]:
       if (exercise is not None and c.get("exercise") == exercise) or _mentions(c["source"], needed):
         out.append({"kind": "learner", "source": c["source"], "cell": i})
     elif i in by_cell:
-      out.append({"kind": "learner", "source": _source(neutralize(c["source"]), by_cell[i]),
+      out.append({"kind": "learner", "source": only(neutralize(c["source"]), by_cell[i]),
                   "cell": i})
   return out
 

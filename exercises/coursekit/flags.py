@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import ast
 
-from .runner import neutralize
+from .runner import neutralize, parse
 
 JAX = ("jax", "jaxlib", "_jax")   # a name component that reaches JAX
 RISKY = {"importlib": "uses importlib (dynamic imports)", "ctypes": "uses ctypes",
@@ -41,6 +41,16 @@ MACHINE = {"os.environ", "os.getenv", "os.environb", "os.getuid", "os.geteuid", 
            "os.sched_getaffinity", "os.write", "os.fdopen", "os.dup", "os.dup2", "os.open",
            "os._exit", "os.kill", "os.fork", "os.setsid", "signal", "open", "io.open",
            "pathlib.Path", "pathlib.PosixPath"}
+# Looking into running code: frames and tracebacks (up to the grader's frames), and functions'
+# insides (a module's globals through any of its functions, a closure's cells, defaults).
+INTROSPECTION = {"tb_frame": "frames", "f_back": "frames", "f_globals": "frames",
+                 "f_locals": "frames", "f_code": "frames", "gi_frame": "frames",
+                 "cr_frame": "frames", "ag_frame": "frames", "tb_next": "tracebacks",
+                 "__traceback__": "tracebacks", "__globals__": "a function's module globals",
+                 "__closure__": "a function's closure", "__defaults__": "a function's defaults",
+                 "__kwdefaults__": "a function's defaults", "__code__": "a function's code",
+                 "__builtins__": "the builtins", "cell_contents": "a function's closure",
+                 "__subclasses__": "every class's subclasses", "__self__": "a method's object"}
 GRADER = ("coursekit.probe", "coursekit.runner", "coursekit.answers", "coursekit.grade",
           "coursekit.sandbox", "coursekit.edition", "coursekit.definitions")
 
@@ -49,9 +59,8 @@ def aliases(sources) -> dict[str, str]:
   """{name: dotted module path} that the import statements of `sources` bind."""
   out = {}
   for source in sources:
-    try:
-      tree = ast.parse(neutralize(source))
-    except (SyntaxError, ValueError):
+    tree = parse(source)
+    if isinstance(tree, Exception):
       continue
     for node in ast.walk(tree):
       if isinstance(node, ast.Import):
@@ -70,10 +79,25 @@ def _const(node) -> str | None:
 
 class _Scanner:
   def __init__(self, names):
-    self.names, self.found = names, set()
+    self.names, self.found, self.memo = names, set(), {}
+
+  def prepare(self, tree):
+    """What every node of `tree` names, children first (so no walk recurses, however deep
+    the code): `dotted` then only looks its answers up."""
+    order, stack = [], [tree]
+    while stack:
+      n = stack.pop()
+      order.append(n)
+      stack.extend(ast.iter_child_nodes(n))
+    for n in reversed(order):
+      if isinstance(n, (ast.Name, ast.Attribute, ast.Subscript, ast.Call)):
+        self.memo[id(n)] = self._dotted(n)
 
   def dotted(self, node) -> str | None:
     """What `node` names, as a dotted path (None if it can't be told)."""
+    return self.memo[id(node)] if id(node) in self.memo else self._dotted(node)
+
+  def _dotted(self, node) -> str | None:
     if isinstance(node, ast.Name):
       return self.names.get(node.id, node.id)
     if isinstance(node, ast.Attribute):
@@ -89,6 +113,8 @@ class _Scanner:
         return f"{inner}.{key}" if inner and key else None
       if base and base.endswith(".__dict__") and key:
         return f"{base[:-len('.__dict__')]}.{key}"
+      if base and base.endswith(".__globals__") and key:   # f.__globals__["_jax"]: a module's global
+        return f"{base.rsplit('.', 2)[0]}.{key}"
       return None
     if isinstance(node, ast.Call):
       fn = self.dotted(node.func)
@@ -122,10 +148,14 @@ class _Scanner:
     if d in MACHINE or parts[0] in MACHINE or ".".join(parts[:2]) in MACHINE \
         or ".".join(parts[:3]) in MACHINE:
       self.flag(f"looks at the machine it runs on ({d})")
+    for p in parts[1:]:
+      if p in INTROSPECTION:
+        self.flag(f"looks into {INTROSPECTION[p]} ({p})")
     if d.startswith(GRADER) or d == "coursekit.probes" or d.startswith("coursekit.probes."):
       self.flag(f"touches the grader's own code ({d})")
 
   def scan(self, tree):
+    self.prepare(tree)
     for node in ast.walk(tree):
       if isinstance(node, ast.Import):
         for a in node.names:
@@ -145,6 +175,8 @@ class _Scanner:
         d = self.dotted(node)
         if d:
           self.judge(d, False)
+        elif isinstance(node, ast.Attribute) and node.attr in INTROSPECTION:   # x().f_back
+          self.flag(f"looks into {INTROSPECTION[node.attr]} ({node.attr})")
       elif isinstance(node, ast.Name) and node.id in self.names:
         self.judge(self.names[node.id], False)
       elif (text := _const(node)) and text.startswith("/") and len(text) < 200 \
@@ -157,11 +189,10 @@ def scan(source: str, names: dict | None = None) -> list[str]:
   imports bind (`aliases`), so that an alias from another cell is seen through."""
   found = set()
   python = neutralize(source)
-  if python.splitlines() != source.splitlines():
+  if python != source:
     found.add("uses IPython magics or shell commands")
-  try:
-    tree = ast.parse(python)
-  except (SyntaxError, ValueError):
+  tree = parse(source)
+  if isinstance(tree, Exception):
     return sorted(found)
   s = _Scanner({**(names or {}), **aliases([source])})
   s.scan(tree)

@@ -1,22 +1,29 @@
 """Grade submitted exercise notebooks.
 
     python -m coursekit.grade SUBMISSIONS [--out DIR] [--jobs N] [--part NAME] [--seed N]
-                              [--timeout S] [--memory MIB] [--no-sandbox]
+                              [--timeout S] [--memory MIB] [--no-sandbox] [--cluster ADDRESS]
     make grade SUBMISSIONS=dir-or-zip [GRADES=outdir]
 
 SUBMISSIONS is a folder or a .zip of notebooks (`.ipynb`, any case), any number per student,
-for any chapter. Writes `grades.csv` and `grades.html` into `--out` (default `grades/`).
+for any chapter. Writes `grades.csv` and `grades.html` into `--out` (default `grades/`), the
+learners' pages `feedback/<student>/<chapter>.html` and `feedback.zip` (`coursekit.feedback`),
+and records the run in the gradebook, `gradebook.sqlite` (`coursekit.gradebook`), which
+also spares a notebook graded before at the same seed.
 
 How a notebook is graded (the instructor guide has the threat model):
 
 1. Its chapter comes from its cells (ids, exercise metadata, the names it
    defines) and its metadata; `--part` forces one. Its student comes from its
-   subfolder, its `coursekit.student` metadata, or its file name
-   (`coursekit.submissions`).
+   subfolder, else its file name; its `coursekit.student` metadata only gets a
+   note when it disagrees (`coursekit.submissions`). Reading, rebuilding, the
+   review flags and the similarity fingerprints run in a worker process under a
+   time and memory budget (`Reader`): a notebook that breaks or stalls them
+   gets a row that says so, and the batch goes on.
 2. Its code is rebuilt around the stub: the stub's setup and given cells are
    the grader's own; check cells are dropped (they are the learner's feedback,
    not the grade).
-3. For each exercise, only the learner's definitions that the exercise's answers
+3. For each exercise (one after another: never two sandboxes of one
+   submission at once), only the learner's definitions that the exercise's answers
    need, above its check cell, run (`coursekit.definitions`), with the stub's cells, in a fresh
    bubblewrap sandbox (`coursekit.sandbox`), against the learner edition of the
    library, in which that exercise's answers are absent (`coursekit.edition`);
@@ -39,6 +46,7 @@ import ast
 import copy
 import hashlib
 import json
+import multiprocessing
 import os
 import re
 import resource
@@ -50,7 +58,8 @@ import threading
 import time
 import warnings
 import zipfile
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -67,6 +76,7 @@ from .stubs import EXERCISES, SOURCE, read_source
 from .submissions import Submission, collect, printable, read_notebook, student_of  # noqa: F401
 
 REASON_LIMIT = 300
+DETAIL_LIMIT = 4000   # characters of a failure's full text, for the feedback
 ZIP_INSIDE = "/opt/autodidax/site.zip"   # where a sandbox finds the edition and the runner
 
 
@@ -127,14 +137,13 @@ def load_stubs(folder: Path = EXERCISES) -> dict[str, Stub]:
 
 def defined_names(nb) -> set[str]:
   """Top-level names that a notebook's code cells define (functions, classes, variables)."""
-  from .runner import neutralize
+  from .runner import parse
   names = set()
   for c in nb.get("cells", []):
-    if c.get("cell_type") != "code":
+    if c.get("cell_type") != "code" or not isinstance(c.get("source"), str):
       continue
-    try:
-      tree = ast.parse(neutralize(c.get("source", "")))
-    except (SyntaxError, ValueError):
+    tree = parse(c["source"])
+    if isinstance(tree, Exception):
       continue
     for node in tree.body:
       if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -249,7 +258,11 @@ def program(nb, stub: Stub) -> list[dict]:
   nb = copy.deepcopy(nb)
   for c, above in zip(nb.cells, _checks_above(nb.cells)):
     c.setdefault("metadata", {})["coursekit_after"] = above
+  nb.cells = [x for c in nb.cells for x in [c, *_additions(c, stub)]]
   grafted = graft(nb, stub.nb)
+  added = {c.id: c for c in grafted.cells if str(c.get("id")).endswith(ADDED)}
+  grafted.cells = [x for c in grafted.cells if c.get("id") not in added
+                   for x in [c, *([added[f"{c.id}{ADDED}"]] if f"{c.get('id')}{ADDED}" in added else [])]]
   canon = {c.id for c in canonical_cells(stub.nb)}
   sol_ids = {cid: ex for ex, ids in stub.solution_ids.items() for cid in ids}
   out = []
@@ -262,6 +275,36 @@ def program(nb, stub: Stub) -> list[dict]:
     after = c.metadata.get("coursekit_after", []) if kind == "learner" else []
     out.append({"kind": kind, "source": c.source, "exercise": ex, "id": cid, "after": after})
   return out
+
+
+ADDED = "-added"   # the id of a cell with what the learner added to a stub cell
+
+
+def _additions(cell, stub: Stub) -> list:
+  """What a learner added to one of the stub's own cells (setup, given code), which the
+  grader replaces with the stub's: a cell of the learner's own, right after it, with the
+  top-level statements the stub's version lacks (an `import math` in the setup cell)."""
+  canon = next((c for c in canonical_cells(stub.nb) if c.id == cell.get("id")), None)
+  source = cell.get("source")
+  if canon is None or not isinstance(source, str) or source == canon.source:
+    return []
+  from .runner import neutralize, parse
+  theirs, canonical = parse(source), parse(canon.source)
+  if isinstance(theirs, Exception) or isinstance(canonical, Exception):
+    return []
+  try:
+    ours = {ast.dump(n) for n in canonical.body}
+    added = [n for n in theirs.body if ast.dump(n) not in ours]
+  except (RecursionError, MemoryError):
+    return []
+  if not added:
+    return []
+  extra = copy.deepcopy(cell)
+  extra.source = definitions.only(neutralize(source), added)
+  extra.id = f"{cell.id}{ADDED}"
+  extra.metadata.pop("role", None)
+  extra.metadata.pop("exercise", None)
+  return [extra]
 
 
 def reference_program(part: str) -> list[dict]:
@@ -287,9 +330,20 @@ def clean(text, limit: int = REASON_LIMIT) -> str:
   return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
+WALL_FACTOR = 3   # a run's wall-clock bound, in multiples of its CPU time limit
+STARVED = 0.25    # a run that waited this share of its time for a CPU was starved
+READ_SECONDS, READ_MEMORY_MIB = 60, 4096   # the budget for reading one notebook (`Reader`)
+READER_START = 600   # seconds for the reader's worker to start (imports, the stubs)
+
+
+class NotGraded(RuntimeError):
+  """The grader, not the notebook, failed (a sandbox that won't start, a reference that
+  fails): its rows say "not graded", never 0 points, and the run exits non-zero."""
+
+
 @dataclass
 class Options:
-  timeout: float = 60           # seconds per sandbox run (one exercise of one notebook)
+  timeout: float = 60           # CPU seconds per sandbox run (one exercise of one notebook)
   memory_mib: int = 2048        # per sandbox
   pids: int = 256               # processes and threads per sandbox
   part: str | None = None
@@ -306,6 +360,9 @@ class Outcome:
   imports: list = field(default_factory=list)
   why: str = ""
   output_note: str = ""
+  started: bool = False          # the runner said it started (else the sandbox itself failed)
+  wall: bool = False             # it timed out at the wall-clock bound, not its CPU limit
+  starved: bool = False          # ... after waiting long for a CPU (or on a saturated machine)
 
 
 class Workspace:
@@ -317,8 +374,8 @@ class Workspace:
     self.root = Path(tempfile.mkdtemp(prefix="coursekit-grade-"))
     self.editions: dict[tuple[str, str], Path] = {}
     self.lock = threading.Lock()
-    limits = Limits(memory_mib=opts.memory_mib, pids=opts.pids, timeout=opts.timeout,
-                    cpu_seconds=int(opts.timeout) + 5)
+    limits = Limits(memory_mib=opts.memory_mib, pids=opts.pids, cpu_seconds=opts.timeout,
+                    timeout=WALL_FACTOR * opts.timeout)
     self.sandbox = Sandbox(limits=limits, enabled=opts.sandbox, env={
         "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "3", "OMP_NUM_THREADS": "1",
         "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "MPLBACKEND": "Agg",
@@ -343,9 +400,9 @@ class Workspace:
     zipped = self.edition(part, exercise)
 
     def job(result_fd):
-      return json.dumps({"part": part, "exercise": exercise, "seed": seed,
-                         "result_fd": result_fd,
-                         "cells": [[c["kind"], c["source"], c["cell"]] for c in cells]}).encode()
+      return (json.dumps({"part": part, "exercise": exercise, "result_fd": result_fd,
+                          "cells": [[c["kind"], c["source"], c["cell"]] for c in cells]})
+              + "\n" + json.dumps({"seed": seed}) + "\n").encode()
     command = [self.sandbox.python, "-m", "coursekit.runner"]
     if self.sandbox.enabled:
       r = self.sandbox.run(command, job, files={ZIP_INSIDE: zipped},
@@ -353,7 +410,11 @@ class Workspace:
     else:   # trusted: the same program, as a plain subprocess in a temporary folder
       with tempfile.TemporaryDirectory(dir=self.root) as cwd:
         r = self.sandbox.run(command, job, env={"PYTHONPATH": str(zipped)}, cwd=cwd)
-    return parse_outcome(r, self.opts)
+    out = parse_outcome(r, self.opts)
+    if not out.started and r.status != "timeout" and not r.oom:
+      tail = r.output.strip().splitlines()[-1:] or [f"status {r.returncode}"]
+      raise NotGraded(f"the sandbox failed before the grader's runner started ({clean(tail[0], 160)})")
+    return out
 
   def close(self):
     shutil.rmtree(self.root, ignore_errors=True)
@@ -369,7 +430,9 @@ def parse_outcome(r, opts: Options) -> Outcome:
       continue
     if not isinstance(data, dict):
       continue
-    if isinstance(data.get("cell"), dict):
+    if data.get("started") is True:
+      out.started = True
+    elif isinstance(data.get("cell"), dict):
       out.cells.append(data["cell"])
     elif isinstance(data.get("records"), list):
       out.records = data["records"]
@@ -380,7 +443,11 @@ def parse_outcome(r, opts: Options) -> Outcome:
   if r.result_truncated:
     out.records, out.why = None, "its result was larger than the grader accepts"
   elif r.status == "timeout":
-    out.why = f"it ran past the time limit ({opts.timeout:g} s)"
+    out.wall = r.wall
+    out.starved = r.wall and (r.waited > STARVED * r.seconds if r.waited is not None
+                              else saturated())
+    out.why = (f"it ran past the time limit ({WALL_FACTOR * opts.timeout:g} s of wall-clock time)"
+               if r.wall else f"it ran past the time limit ({opts.timeout:g} s of CPU time)")
   elif r.status == "killed":
     out.why = f"the sandbox was killed by {r.signal}"
     if r.oom:
@@ -400,7 +467,26 @@ def row(sub, student, part, exercise, status, reason="", notes=(), max_points=0.
   return dict(student=clean(student, 80), part=clean(part, 40), exercise=clean(exercise, 20),
               points=f"{points:g}", max_points=f"{max_points:g}", status=status,
               reason=clean(reason), notes=clean("; ".join(n for n in notes if n), 2 * REASON_LIMIT),
-              submission=clean(sub.label, 2 * REASON_LIMIT))
+              submission=clean(sub.label, 2 * REASON_LIMIT), detail=detail(reason))
+
+
+def detail(reason) -> str:
+  """The reason in full, its lines kept, as the check cell prints it (for the feedback;
+  not a column of grades.csv)."""
+  lines = [HEX.sub("0x…", printable(line.rstrip())) for line in str(reason).splitlines()]
+  return "\n".join(lines)[:DETAIL_LIMIT]
+
+
+def left_out(p) -> list[str]:
+  """A note naming the learner's cells with code that no answer needs (they didn't run)."""
+  used = {c["cell"] for cells in p.runs.values() for c in cells}
+  idle = [i + 1 for i, c in enumerate(p.cells)
+          if c["kind"] == "learner" and c["source"].strip() and i not in used]
+  if not idle:
+    return []
+  which = ", ".join(map(str, idle[:20])) + (", ..." if len(idle) > 20 else "")
+  return [f"cell{'s' * (len(idle) > 1)} {which} of your notebook did not run when graded: "
+          "no answer needs what they define"]
 
 
 @dataclass
@@ -413,6 +499,8 @@ class Parsed:
   failure: str = ""            # why it can't be graded at all
   flags: list = field(default_factory=list)
   runs: dict = field(default_factory=dict)      # exercise -> the cells that run for it
+  signatures: list = field(default_factory=list)   # for similarity (`similarity.signatures`)
+  syntax: list = field(default_factory=list)    # (cell, why it doesn't parse) of the learner's cells
 
 
 def parse(sub: Submission, stubs: dict[str, Stub], opts: Options) -> Parsed:
@@ -431,8 +519,9 @@ def parse(sub: Submission, stubs: dict[str, Stub], opts: Options) -> Parsed:
     if part is None:
       return Parsed(sub, student, None, notes=[who], failure=note)
     cells = program(nb, stubs[part])
+    cache = {}   # each cell parsed once for all the exercises
     runs = {ex: definitions.select(cells, probes.spec(part, ex).answers
-                                   + probes.spec(part, ex).optional, ex)
+                                   + probes.spec(part, ex).optional, ex, cache)
             for ex in stubs[part].exercises}
   except Exception as e:  # noqa: BLE001 (a grader bug must not stop the batch)
     return Parsed(sub, student, opts.part, notes=[who],
@@ -440,10 +529,119 @@ def parse(sub: Submission, stubs: dict[str, Stub], opts: Options) -> Parsed:
   p = Parsed(sub, student, part, cells, [who, note], runs=runs)
   if not any(c["kind"] == "learner" and c["source"].strip() for c in cells):
     p.failure = "no answer: the notebook has no code of its own"
-  names = aliases(c["source"] for c in cells)
-  p.flags = sorted({f"{f} (cell {i + 1})" for i, c in enumerate(cells) if c["kind"] == "learner"
-                    for f in scan(c["source"], names)})
+  for i, c in enumerate(cells):
+    if c["kind"] == "learner" and (e := syntax_error(c["source"])):
+      p.syntax.append((i, f"your cell {i + 1} doesn't parse ({e})"))
   return p
+
+
+def syntax_error(source: str) -> str:
+  """Why a cell isn't Python (after IPython's syntax), or ""."""
+  from .runner import parse
+  e = parse(source)
+  if isinstance(e, SyntaxError):
+    return f"SyntaxError: {e.msg} (line {e.lineno})"
+  if isinstance(e, Exception):
+    return f"{type(e).__name__}: {clean(e, 80)}"
+  return ""
+
+
+def read(sub: Submission, stubs: dict[str, Stub], opts: Options) -> Parsed:
+  """`parse`, then the review aids (flags, similarity fingerprints): a failure in one of
+  those costs the notebook that aid, with a note, never its grade."""
+  from . import runner
+  runner.TREES.clear()   # the trees of this notebook's cells, each parsed once
+  try:
+    return _read(sub, stubs, opts)
+  finally:
+    runner.TREES.clear()
+
+
+def _read(sub: Submission, stubs: dict[str, Stub], opts: Options) -> Parsed:
+  p = parse(sub, stubs, opts)
+  if p.failure:
+    return p
+  try:
+    names = aliases(c["source"] for c in p.cells)
+    p.flags = sorted({f"{f} (cell {i + 1})" for i, c in enumerate(p.cells)
+                      if c["kind"] == "learner" for f in scan(c["source"], names)})
+  except Exception as e:  # noqa: BLE001 (RecursionError, MemoryError: whatever a notebook causes)
+    p.flags = [f"its code could not be scanned for review flags ({type(e).__name__})"]
+  try:
+    p.signatures = similarity.signatures(p)
+  except Exception as e:  # noqa: BLE001
+    p.notes.append(f"left out of the similarity check ({type(e).__name__})")
+  return p
+
+
+def _reader_main(conn, folder: str, opts: Options, memory_mib: int):
+  """The reader's worker process: notebooks in, `Parsed` out, within its memory limit."""
+  resource.setrlimit(resource.RLIMIT_AS, (memory_mib << 20, memory_mib << 20))
+  sys.modules.setdefault("rfc3987_syntax", None)
+  warnings.filterwarnings("ignore", module="nbformat")
+  stubs = load_stubs(Path(folder))
+  conn.send("ready")
+  while True:
+    try:
+      sub = conn.recv()
+    except (EOFError, OSError):
+      return
+    conn.send(read(sub, stubs, opts))
+
+
+class Reader:
+  """Reads notebooks (`read`) in a worker process, one at a time, under a time and memory
+  budget: a notebook that crashes it, stalls it or exhausts its memory costs its own rows
+  (which say why), never the batch. The worker starts again for the next notebook."""
+
+  def __init__(self, folder: Path, opts: Options, seconds: float = READ_SECONDS,
+               memory_mib: int = READ_MEMORY_MIB):
+    self.folder, self.opts, self.seconds, self.memory_mib = folder, opts, seconds, memory_mib
+    self.lock = threading.Lock()
+    self.proc = self.conn = None
+
+  def _start(self):
+    ctx = multiprocessing.get_context("spawn")   # not fork: the grader has threads
+    self.conn, theirs = ctx.Pipe()
+    self.proc = ctx.Process(target=_reader_main, daemon=True,
+                            args=(theirs, str(self.folder), self.opts, self.memory_mib))
+    self.proc.start()
+    theirs.close()
+    if not (self.conn.poll(READER_START) and self.conn.recv() == "ready"):
+      raise EOFError("the reader did not start")
+
+  def stop(self):
+    if self.proc is not None:
+      self.proc.kill()
+      self.proc.join()
+      self.conn.close()
+      self.proc = self.conn = None
+
+  def read(self, sub: Submission) -> Parsed:
+    failed = lambda why: Parsed(sub, student_of(sub, None)[0], self.opts.part, failure=why)
+    if sub.problem:
+      return failed(sub.problem)
+    try:
+      data = sub.load()
+    except Exception as e:  # noqa: BLE001 (anything a broken file or zip may raise)
+      return failed(f"unreadable notebook: {type(e).__name__}: {clean(e, 120)}")
+    with self.lock:
+      p = None
+      try:
+        if self.proc is None:
+          self._start()
+        self.conn.send(Submission(sub.label, data, sub.folder))
+        if self.conn.poll(self.seconds):
+          p = self.conn.recv()
+        else:
+          why = f"reading it took more than {self.seconds:g} s"
+      except (EOFError, OSError):
+        why = f"reading it crashed the grader's reader (its memory limit is {self.memory_mib} MiB)"
+      if p is None:
+        self.stop()
+        return failed(f"not graded: {why}")
+    p.sub = sub
+    return p
 
 
 def where(got: Outcome, ran: list[dict]) -> str:
@@ -476,20 +674,70 @@ def verdict(p: Parsed, ex: str, got: Outcome, want: list, stub: Stub) -> tuple[s
   v = probes.compare(got.records, want)
   if v.passed:
     return "pass", "", notes
-  prefix = "; ".join(x for x in (stub_fail, own) if x)
+  syntax = "; ".join(t for i, t in p.syntax if i not in kinds)   # why a name may be missing
+  prefix = "; ".join(x for x in (stub_fail, own, syntax) if x)
   prefix = prefix + "; " if prefix else ""
-  if v.todo:   # the stub's own `raise` is no news: say what is missing
-    return "fail", f"not done yet: {v.message}", notes
+  if v.todo:   # the stub's own `raise` is no news: say what is missing, and what failed
+    why = "; ".join(x for x in (own, syntax) if x and "NotImplementedError" not in x)
+    return "fail", f"{why + '; ' if why else ''}not done yet: {v.message}", notes
   return "fail", f"{prefix}{v.label}: {v.message}", notes
 
 
+class _Gate:
+  """Runs at once, or one run alone: `shared()` for every run, `alone()` for a rerun that
+  must have the machine to itself (it waits for the others, and new ones wait for it)."""
+
+  def __init__(self):
+    self.cond = threading.Condition()
+    self.running, self.waiting, self.exclusive = 0, 0, False
+
+  def shared(self):
+    return self._hold(False)
+
+  def alone(self):
+    return self._hold(True)
+
+  @contextmanager
+  def _hold(self, alone: bool):
+    with self.cond:
+      if alone:
+        self.waiting += 1
+        self.cond.wait_for(lambda: not self.exclusive and self.running == 0)
+        self.waiting -= 1
+        self.exclusive = True
+      else:
+        self.cond.wait_for(lambda: not self.exclusive and not self.waiting)
+        self.running += 1
+    try:
+      yield
+    finally:
+      with self.cond:
+        if alone:
+          self.exclusive = False
+        else:
+          self.running -= 1
+        self.cond.notify_all()
+
+
+def saturated() -> bool:
+  """Whether this machine's CPUs are all busy (its load average)."""
+  try:
+    return os.getloadavg()[0] >= default_jobs()
+  except OSError:
+    return True
+
+
 class Grader:
-  def __init__(self, stubs: dict[str, Stub], opts: Options, progress=None):
+  def __init__(self, stubs: dict[str, Stub], opts: Options, progress=None,
+               folder: Path = EXERCISES):
     self.stubs, self.opts, self.progress = stubs, opts, progress
     self.ws = Workspace(opts, stubs)
+    self.reader = Reader(folder, opts)
     self.reference: dict[tuple[str, str], list] = {}
     self.lock = threading.Lock()
+    self.gate = _Gate()
     self.signatures: list = []   # (part, exercise, student, label, signature) for similarity
+    self.broken = ""             # why the grader stopped grading (`NotGraded`)
 
   def reference_records(self, part: str, ex: str) -> list:
     """The reference solution's records at this seed (cached on disk by content)."""
@@ -509,12 +757,12 @@ class Grader:
       except ValueError:
         records = None
     if records is None:
-      got = self.ws.run(part, ex, cells, self.opts.seed)
+      got = self.run(part, ex, cells)
       bad = [c for c in got.cells if c.get("status") != "ok"]
       if got.records is None or bad or any(r["value"].get("k") in ("todo", "error")
                                            for r in got.records):
-        raise RuntimeError(f"the reference solution of {part} {ex} failed in the sandbox: "
-                           f"{got.why or bad or got.records[-1:]}")
+        raise NotGraded(f"the reference solution of {part} {ex} failed in the sandbox: "
+                        f"{got.why or bad or got.records[-1:]}")
       assert probes.compare(got.records, got.records).passed
       records = got.records
       try:
@@ -526,19 +774,47 @@ class Grader:
       self.reference[key] = records
     return records
 
+  def run(self, part: str, ex: str, cells: list) -> Outcome:
+    """One sandbox run. One that times out at its wall-clock bound after waiting long for
+    a CPU (or, where no cgroup tells, while the machine is saturated) runs again, alone,
+    before that counts."""
+    with self.gate.shared():
+      got = self.ws.run(part, ex, cells, self.opts.seed)
+    if got.starved:
+      with self.gate.alone():
+        got = self.ws.run(part, ex, cells, self.opts.seed)
+    return got
+
   def grade_one(self, p: Parsed, ex: str) -> dict:
     stub = self.stubs[p.part]
+    flags = [f"review: {', '.join(p.flags)}"] if p.flags else []
+    if self.broken:
+      return not_graded(p, ex, self.broken, stub.points[ex])
     try:
       want = self.reference_records(p.part, ex)
-      got = self.ws.run(p.part, ex, p.runs[ex], self.opts.seed)
+      got = self.run(p.part, ex, p.runs[ex])
       status, reason, notes = verdict(p, ex, got, want, stub)
     except SandboxUnavailable:
       raise
+    except NotGraded as e:
+      self.broken = self.broken or str(e)
+      return not_graded(p, ex, str(e), stub.points[ex])
     except Exception as e:  # noqa: BLE001 (a grader bug must not stop the batch)
       status, reason, notes = "fail", f"grader error: {type(e).__name__}: {e}", []
-    flags = [f"review: {', '.join(p.flags)}"] if p.flags else []
-    return row(p.sub, p.student, p.part, ex, status, reason, p.notes + flags + notes,
-               stub.points[ex])
+    return dict(row(p.sub, p.student, p.part, ex, status, reason, p.notes + flags + notes,
+                    stub.points[ex]), left_out=left_out(p))
+
+  def grade_submission(self, p: Parsed) -> list[dict]:
+    """The rows of one read submission (`Reader.read`): its exercises one after another,
+    each in a sandbox of its own, so that no two of its sandboxes ever run at once."""
+    if p.failure:
+      return self.failure_rows(p)
+    out = []
+    for ex in self.stubs[p.part].exercises:
+      out.append(self.grade_one(p, ex))
+      if self.progress:
+        self.progress()
+    return out
 
   def failure_rows(self, p: Parsed) -> list[dict]:
     stub = self.stubs.get(p.part) if p.part else None
@@ -547,42 +823,34 @@ class Grader:
               for ex in stub.exercises]
     return [row(p.sub, p.student, p.part or "?", "*", "fail", p.failure, p.notes)]
 
-  def grade(self, subs: list[Submission], jobs: int, on_parsed=None) -> list[dict]:
-    """Grade every submission: each is read and parsed when its turn comes, and dropped
-    when its exercises are done, so that memory holds a few notebooks at a time."""
-    rows, futures = [], []
-    window = threading.BoundedSemaphore(2 * max(jobs, 1) + 2)   # notebooks in flight
+  def grade(self, subs: list[Submission], jobs: int, on_parsed=None, on_rows=None) -> list[dict]:
+    """Grade every submission, `jobs` submissions at once: each is read when its turn
+    comes, and dropped when its exercises are done, so memory holds a few at a time.
+    `on_rows(parsed, rows)` is called here, in file order, as each submission is done."""
+    def one(sub):
+      p = self.reader.read(sub)
+      if on_parsed:
+        on_parsed(p)
+      with self.lock:
+        self.signatures += p.signatures
+      return p, self.grade_submission(p)
+    out = []
     with ThreadPoolExecutor(max(jobs, 1)) as pool:
-      for sub in subs:
-        window.acquire()
-        p = parse(sub, self.stubs, self.opts)
-        if on_parsed:
-          on_parsed(p)
-        self.signatures += similarity.signatures(p)
-        if p.failure:
-          rows += self.failure_rows(p)
-          window.release()
-          continue
-        exercises = self.stubs[p.part].exercises
-        left = [len(exercises)]
-
-        def done(_, left=left):
-          with self.lock:
-            left[0] -= 1
-            if left[0] == 0:
-              window.release()
-          if self.progress:
-            self.progress()
-        for ex in exercises:
-          f = pool.submit(self.grade_one, p, ex)
-          f.add_done_callback(done)
-          futures.append(f)
-      for f in as_completed(futures):
-        rows.append(f.result())
-    return rows
+      for p, rows in pool.map(one, subs):
+        if on_rows:
+          on_rows(p, rows)
+        out += rows
+    return out
 
   def close(self):
+    self.reader.stop()
     self.ws.close()
+
+
+def not_graded(p: Parsed, ex: str, why: str, max_points: float) -> dict:
+  """A row for an exercise the grader failed to grade: no points, either way."""
+  r = row(p.sub, p.student, p.part, ex, "not graded", f"not graded: {why}", p.notes, max_points)
+  return dict(r, points="")
 
 
 KIT_NAMES = ("definitions.py", "grade.py")   # besides the sandbox's files: what decides records
@@ -632,9 +900,29 @@ def peak_memory_mb() -> float:
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def content_hash(sub: Submission) -> str:
+  try:
+    return hashlib.sha256(sub.load()).hexdigest()
+  except Exception:  # noqa: BLE001 (an unreadable file: parse says why)
+    return ""
+
+
+def grader_version() -> str:
+  """What decides a grade besides the notebook and the seed: the grader's code and the
+  library's (a notebook is graded again when either changed)."""
+  return f"{kit_hash()}-{fingerprint(LIB)[:16]}"
+
+
+def by_submission(rows) -> dict[str, list[dict]]:
+  out: dict[str, list[dict]] = {}
+  for r in rows:
+    out.setdefault(r["submission"], []).append(r)
+  return out
+
+
 def main(argv=None) -> int:
   from tqdm import tqdm
-  from . import report
+  from . import feedback, gradebook, report
   ap = argparse.ArgumentParser(prog="python -m coursekit.grade",
                                description="Grade submitted exercise notebooks.",
                                epilog="Rules and details: book/instructors.md and this module's docstring.")
@@ -655,8 +943,19 @@ def main(argv=None) -> int:
   ap.add_argument("--no-sandbox", action="store_true",
                   help="run notebooks without bubblewrap: ONLY for trusted notebooks "
                   "(the report says so at its top)")
+  ap.add_argument("--cluster", metavar="ADDRESS",
+                  help="grade on a Dask cluster: a scheduler's address (tcp://head:8786) or "
+                  "local:N, N worker processes here (coursekit.cluster)")
   ap.add_argument("--exercises", type=Path, default=EXERCISES,
                   help="folder of the stub notebooks (default: this repo's exercises/)")
+  ap.add_argument("--feedback", choices=feedback.LEVELS, default="all",
+                  help="feedback pages for the learners, OUT/feedback/<student>/<chapter>.html "
+                  "and OUT/feedback.zip: every exercise (all, default), the failed ones "
+                  "(failures), or none")
+  ap.add_argument("--gradebook", type=Path, help="the SQLite gradebook that keeps every run "
+                  "(default: OUT/gradebook.sqlite); 'none' keeps nothing")
+  ap.add_argument("--regrade", action="store_true", help="grade every notebook again, even "
+                  "one the gradebook holds with the same content, seed and grader")
   args = ap.parse_args(argv)
   sys.modules.setdefault("rfc3987_syntax", None)   # nbformat's jsonschema: skip a slow import
   warnings.filterwarnings("ignore", module="nbformat")   # old notebooks: no cell ids, ...
@@ -675,11 +974,36 @@ def main(argv=None) -> int:
   seed = args.seed if args.seed is not None else probes.SHIPPED_SEED + 1 + secrets.randbelow(2**31 - 2)
   opts = Options(timeout=args.timeout, memory_mib=args.memory, part=args.part, seed=seed,
                  sandbox=not args.no_sandbox)
+  book_path = args.gradebook or args.out / "gradebook.sqlite"
   try:
-    grader = Grader(stubs, opts)
+    book = None if str(book_path) == "none" else gradebook.Gradebook(book_path)
+  except gradebook.GradebookError as e:
+    print(f"error: {printable(e)}", file=sys.stderr)
+    return 1
+  version, digests, reused, fresh = grader_version(), {}, [], []
+  for sub in subs:   # what the gradebook holds at this seed is not graded again
+    label = clean(sub.label, 2 * REASON_LIMIT)
+    digests[label] = content_hash(sub)
+    old = book and not args.regrade and book.seen(label, digests[label], seed, version)
+    reused += old or []
+    fresh += [] if old else [sub]
+  subs = fresh
+  try:
+    if args.cluster:   # the only import of Dask
+      from .cluster import ClusterGrader
+      grader = ClusterGrader(stubs, opts, args.cluster, args.exercises,
+                             log=lambda text: print(text, file=sys.stderr))
+    else:
+      grader = Grader(stubs, opts, folder=args.exercises)
   except SandboxUnavailable as e:
     print(f"error: can't grade in a sandbox: {e}", file=sys.stderr)
+    if book:
+      book.close()
     return 2
+  except (OSError, ValueError) as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  mode = grader.mode if args.cluster else lambda: mode_text(grader.ws.sandbox.mode)
   t0 = time.monotonic()
   bar = tqdm(total=0, unit="check", file=sys.stderr,
              desc=f"grading {len(subs)} notebook{'s' * (len(subs) != 1)}")
@@ -689,28 +1013,49 @@ def main(argv=None) -> int:
       bar.total += len(stubs[p.part].exercises)
       bar.refresh()
   grader.progress = lambda: bar.update(1)
+
+  def record(p, group):   # each submission as soon as it is done: Ctrl-C loses none of them
+    if book and group and all(r["status"] != "not graded" for r in group):   # a rerun grades those
+      book.record(group, digests.get(group[0]["submission"], ""), seed, version)
   try:
-    rows = grader.grade(subs, args.jobs, on_parsed=parsed)
+    rows = grader.grade(subs, args.jobs, on_parsed=parsed, on_rows=record)
   except SandboxUnavailable as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
   finally:
     bar.close()
     grader.close()
+    if book:
+      book.close()
   elapsed = time.monotonic() - t0
 
-  rows = report.sort_rows(rows, stubs)
+  rows = report.sort_rows(rows + reused, stubs)
   similar = similarity.pairs(grader.signatures)
-  meta = {"seed": seed, "sandbox": mode_text(grader.ws.sandbox.mode),
-          "limits": f"{opts.timeout:g} s, {opts.memory_mib} MiB and {opts.pids} processes per "
-                    "exercise of each notebook",
+  meta = {"seed": seed, "sandbox": mode(),
+          "limits": f"{opts.timeout:g} s of CPU time ({WALL_FACTOR * opts.timeout:g} s of "
+                    f"wall-clock time), {opts.memory_mib} MiB and {opts.pids} processes per "
+                    "exercise of each notebook, one exercise of a notebook at a time",
           "unsafe": not opts.sandbox}
   args.out.mkdir(parents=True, exist_ok=True)
   csv_path, html_path = report.write(rows, stubs, args.out, meta, similar)
+  pages = feedback.write(rows, stubs, args.out / "feedback", args.feedback)
   print(report.tables(rows, stubs))
-  print(report.one_line(rows, len(subs), elapsed, csv_path, html_path))
-  print(f"seed {seed} ({mode_text(grader.ws.sandbox.mode)}); the grader's peak memory "
-        f"{peak_memory_mb():.0f} MB")
+  print(report.one_line(rows, len(digests), elapsed, csv_path, html_path))
+  if reused:
+    print(f"{len(by_submission(reused))} notebooks unchanged since {book_path} graded them at "
+          "this seed: not graded again (--regrade forces it)")
+  if pages:
+    print(f"feedback: {len(pages)} pages in {args.out / 'feedback'}, all in "
+          f"{args.out / 'feedback.zip'}")
+  print(f"seed {seed} ({mode()}); the grader's peak memory {peak_memory_mb():.0f} MB")
+  if getattr(grader, "broken", None):   # fail closed: rows that say "not graded", and exit 3
+    print(f"error: grading stopped, the rest is not graded: {grader.broken}", file=sys.stderr)
+    return 3
+  missing = getattr(grader, "count_not_graded", 0)
+  if missing:
+    print(f"error: {missing} exercise{'s' * (missing != 1)} not graded (the cluster failed, "
+          "see their reasons): rerun to grade them", file=sys.stderr)
+    return 3
   return 0
 
 

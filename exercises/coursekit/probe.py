@@ -124,11 +124,12 @@ def short(text) -> str:
 class Probe:
   """What a probe function receives: the seeded rng and the recording methods."""
 
-  def __init__(self, exercise: str, seed: int):
+  def __init__(self, exercise: str, seed: int, want=None):
     self.exercise, self.seed = exercise, seed
     self.rng = np.random.default_rng(seed)
     self.records: list[dict] = []
     self.inputs = ""
+    self._want = want   # the reference's records: stop at the first that differs (tests)
 
   def given(self, **inputs):
     """Name the seeded inputs of the records that follow (until the next `given`):
@@ -140,14 +141,21 @@ class Probe:
     if self.inputs:
       record["inputs"] = self.inputs
     self.records.append(record)
+    i = len(self.records) - 1
+    if self._want is not None and (i >= len(self._want)
+                                   or not compare([record], [self._want[i]]).passed):
+      raise Stop
 
-  def value(self, label: str, x, rtol=RTOL, atol=ATOL, dtype=True, secret=False):
+  def value(self, label: str, x, rtol=RTOL, atol=ATOL, dtype=True, secret=False, detail=""):
     """Record `x` (compared with tolerances `rtol`/`atol`; `dtype=False` ignores dtypes).
     `secret`: an answer to a question, left out of the records that ship with the stubs
-    (the notebook's check can't judge it; the grader does)."""
+    (the notebook's check can't judge it; the grader does). `detail`: what this run
+    measured to get `x` (a yes/no, say), shown when `x` is wrong."""
     record = {"label": label, "value": encode(x), "rtol": rtol, "atol": atol, "dtype": dtype}
     if secret:
       record["secret"] = True
+    if detail:
+      record["detail"] = short(detail)
     self._record(record)
     return x
 
@@ -165,6 +173,8 @@ class Probe:
     message = short(e)
     if isinstance(e, RecursionError):
       message = short(f"{e} ({RECURSION_HINT})")
+    elif isinstance(e, KeyError) and (why := library_key_error(e)):
+      message = short(why)
     self._record({"label": label, "value": {"k": kind, "type": type(e).__name__,
                                              "message": message}})
 
@@ -180,9 +190,24 @@ class Probe:
     return self.value(label, "no error")
 
 
-def run(spec: Spec, namespace: dict, seed: int) -> list[dict]:
-  """Run a probe on the answers found in `namespace`; its records."""
-  p = Probe(spec.exercise, seed)
+def library_key_error(e: KeyError) -> str:
+  """What the learner's code did, for a KeyError that the library raised while running a
+  jaxpr (a variable no input or equation bound); "" for any other KeyError."""
+  import traceback
+  frames = traceback.extract_tb(e.__traceback__)
+  if not (e.args and type(e.args[0]).__name__ == "Var" and frames
+          and frames[-1].filename.replace("\\", "/").endswith("autodidax/jaxpr.py")):
+    return ""
+  return (f"running a jaxpr, an equation read the variable {e.args[0]}, which nothing bound: "
+          "the jaxpr got fewer inputs than it takes (zip stops at the shorter list), or "
+          "they came in another order. Pass every group of operands the jaxpr takes, in its "
+          "order (eval_jaxpr(jaxpr, consts, *inputs)).")
+
+
+def run(spec: Spec, namespace: dict, seed: int, want=None) -> list[dict]:
+  """Run a probe on the answers found in `namespace`; its records. Given the reference's
+  records `want`, it stops at the first record that differs (the verdict is known)."""
+  p = Probe(spec.exercise, seed, want)
   args = []
   for name in spec.answers + spec.optional:
     if name in namespace:
@@ -200,13 +225,34 @@ def run(spec: Spec, namespace: dict, seed: int) -> list[dict]:
   except Stop:
     pass
   except Exception as e:  # noqa: BLE001 (outside p.call: still the learner's doing, or a bug)
-    p.error("running the check", e)
+    try:
+      p.error("running the check", e)
+    except Stop:
+      pass
   return p.records
 
 
 # --- Comparing -----------------------------------------------------------------------------
 
 ULPS = 8   # values of a float dtype agree to at least this many units in the last place
+SPECIAL = ("nan", "inf", "-inf")   # how `encode` writes non-finite floats
+
+
+def malformed(v: dict) -> str:
+  """Why an array record (from an untrusted run) is not one `encode` could have written:
+  its shape is a list of sizes, its data has exactly as many items as the shape says, and
+  each is a number or one of the encoder's special values. "" when it is well formed."""
+  shape, data = v.get("shape"), v.get("data")
+  if not isinstance(shape, list) or not all(type(n) is int and 0 <= n < 2**40 for n in shape):
+    return "an array record whose shape is not a list of sizes"
+  if not isinstance(data, list) or len(data) != math.prod(shape):
+    return (f"an array record of shape {tuple(shape)} with "
+            f"{len(data) if isinstance(data, list) else 'no'} items")
+  if not all(type(x) in (int, float, bool, complex) or x in SPECIAL for x in data):
+    return "an array record with items that are not numbers"
+  if type(v.get("dtype")) is not str:
+    return "an array record without a dtype"
+  return ""
 
 
 def _values_close(got, want, rtol, atol) -> bool:
@@ -245,6 +291,25 @@ def describe(v, values=True) -> str:
   if v.get("type") == "Zero":
     return "a symbolic Zero (ad.instantiate_zeros(z) makes it an array)"
   return str(v.get("type", k))
+
+
+def show(v, depth=0) -> str:
+  """An encoded value, short, as Python would write it (lists item by item)."""
+  k = v.get("k")
+  if depth > 3:
+    return "…"
+  if k == "py":
+    x = v["v"]
+    return _num(x) if v.get("float") or isinstance(x, float) else repr(x)
+  if k in ("tuple", "list"):
+    inner = ", ".join(show(c, depth + 1) for c in v["items"][:12])
+    inner += ", …" if len(v["items"]) > 12 else ""
+    return f"({inner}{',' if len(v['items']) == 1 else ''})" if k == "tuple" else f"[{inner}]"
+  if k == "dict":
+    return "{" + ", ".join(f"{key!r}: {show(c, depth + 1)}" for key, c in v["items"].items()) + "}"
+  if k == "array":
+    return _oneline(v["data"], v["shape"]) if v["shape"] else _num(v["data"][0])
+  return describe(v)
 
 
 def show_input(x) -> str:
@@ -366,6 +431,8 @@ def diff(got: dict, want: dict, rtol, atol, dtype=True) -> str | None:
   if kg != kw:
     return f"expected {describe(want)}, got {describe(got)}"
   if kw == "array":
+    if (bad := malformed(got)):
+      return f"expected {describe(want)}, got {bad}"
     if got["shape"] != want["shape"]:
       g = np.array([_number(x) for x in got["data"]], dtype=np.float64).reshape(got["shape"])
       w = np.array([_number(x) for x in want["data"]], dtype=np.float64).reshape(want["shape"])
@@ -396,7 +463,8 @@ def diff(got: dict, want: dict, rtol, atol, dtype=True) -> str | None:
   if kw in ("tuple", "list"):
     gi, wi = got["items"], want["items"]
     if len(gi) != len(wi):
-      return f"expected a {kw} of length {len(wi)}, got one of length {len(gi)}"
+      return short(f"expected a {kw} of length {len(wi)}, got one of length {len(gi)}: "
+                   f"expected {show(want)}, got {show(got)}")
     for i, (g, w) in enumerate(zip(gi, wi)):
       d = diff(g, w, rtol, atol, dtype)
       if d:
@@ -446,13 +514,17 @@ def compare(got: list, want: list) -> Verdict:
     if gv.get("k") == "todo" and w["value"].get("k") != "todo":
       return Verdict(False, i, g.get("label") or w["label"], short(gv.get("message")), todo=True)
     if g.get("label") != w["label"]:
-      if gv.get("k") == "error":
-        return Verdict(False, i, short(case(g)), f"raised {describe(gv)}")
+      if gv.get("k") == "error":   # under the step that was running, with its inputs
+        return Verdict(False, i, case(w), f"{short(g.get('label'))} raised {describe(gv)}")
       return Verdict(False, i, case(w), "the check did something else here "
                      f"(recorded {short(g.get('label'))!r})")
     d = diff(gv, w["value"], w.get("rtol", RTOL), w.get("atol", ATOL), w.get("dtype", True))
     if d:   # an answer to a question is never shown
-      return Verdict(False, i, case(w), "that is not the right answer" if w.get("secret") else d)
+      if w.get("secret"):
+        d = "that is not the right answer"
+      elif isinstance(g.get("detail"), str):   # what the learner's run measured
+        d = f"{d} ({short(g['detail'])})"
+      return Verdict(False, i, case(w), d)
   if len(got) > len(want):
     return Verdict(False, len(want), "the check", "recorded more than the reference did")
   withheld = sum(w["value"].get("k") == "withheld" for w in want)

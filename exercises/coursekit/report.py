@@ -59,6 +59,9 @@ def _labels(rows):
           for (s, p), subs in per.items() for sub in subs}
 
 
+MARKS = {"pass": "pass", "not graded": "n/g"}
+
+
 def tables(rows, stubs) -> str:
   """A text table per chapter: one line per submission, a pass-rate line."""
   labels = _labels(rows)
@@ -73,8 +76,7 @@ def tables(rows, stubs) -> str:
     cols = [f"{ex:>5}" for ex in exercises]
     lines = [f"{part}:", f"{'student':<{width}}  {' '.join(cols)}  score"]
     for k in keys:
-      marks = [f"{'pass' if status.get((k[0], k[2], ex)) == 'pass' else 'FAIL':>5}"
-               for ex in exercises]
+      marks = [f"{MARKS.get(status.get((k[0], k[2], ex)), 'FAIL'):>5}" for ex in exercises]
       pts, mx = sc[k]
       lines.append(f"{labels[k]:<{width}}  {' '.join(marks)}  {pts:g}/{mx:g}")
     rates = []

@@ -2,12 +2,12 @@
 
     python -m coursekit.runner < job.json
 
-The job is `{"part", "exercise", "seed", "result_fd", "cells": [[kind, source, cell], ...]}`:
-the stub's cells and the learner's definitions that the exercise needs
-(`coursekit.definitions`), nothing else of the notebook. This is a fresh
-process: the cells run in order, in one namespace, each to its first error
-(which is recorded and does not stop the next cell); IPython syntax (`%magic`,
-`!shell`) is neutralized, since there is no IPython here. Then the exercise's
+The job is two JSON lines, `{"part", "exercise", "result_fd", "cells": [[kind, source, cell], ...]}`
+then `{"seed"}`. The cells are the stub's cells and the learner's definitions
+that the exercise needs (`coursekit.definitions`), nothing else of the notebook.
+This is a fresh process: the cells run in order, in one namespace, each to its
+first error (which is recorded and does not stop the next cell); IPython syntax
+(`%magic`, `!shell`, read by IPython's own transformer) does nothing here. Then the exercise's
 probe runs on the namespace. The result descriptor (named in the job, never in
 the environment) gets one JSON line per cell as it finishes,
 `{"cell": {"cell", "status", "error", "seconds"}}`, then
@@ -16,41 +16,75 @@ the environment) gets one JSON line per cell as it finishes,
 Nothing here is trusted: the learner's definitions and the answers the probe
 calls run in this process and could change anything in it, the records
 included. The grader decides outside, against the reference's records at a
-seed this process learns only when it starts.
+seed this process reads (the job's second line) only when the cells have run:
+the frames above the learner's cells hold neither the seed nor the probe
+module, whose attributes can't be rebound. That raises the cost of tampering,
+no more (book/instructors.md, the threat model).
 """
 from __future__ import annotations
 
+import ast
 import builtins
+import functools
 import json
 import os
 import re
 import sys
 import time
+import types
 
-_MAGIC_ASSIGN = re.compile(r"^(\s*)([\w., ]+?)\s*=\s*[!%]")
-_HELP = re.compile(r"^[\w.]+\?{1,2}$")
 _WATCHED = ("jax", "jaxlib", "importlib", "ctypes", "gc", "inspect", "coursekit", "subprocess")
+_BODY_MAGICS = ("%%time", "%%timeit", "%%capture")   # cell magics whose body runs as is
+LINE_END = re.compile(r"\r\n|\r|\n")   # Python's own line ends (not str.splitlines's U+2028, ...)
 
 
+def lines(source: str) -> list[str]:
+  """A cell's lines as Python numbers them."""
+  return LINE_END.split(source)
+
+
+TREES: dict = {}   # source -> its tree, or why it has none: `parse`'s, for one notebook at a time
+
+
+def parse(source: str):
+  """A cell's syntax tree (its IPython syntax read as IPython reads it), or the exception
+  that says why it has none. The grader reads a cell for each exercise and for review:
+  it clears `TREES` for each notebook, so each cell is parsed once."""
+  python = neutralize(source)   # which parses Python once, and keeps its tree
+  if source not in TREES:
+    try:
+      TREES[source] = ast.parse(python)
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
+      TREES[source] = e
+  return TREES[source]
+
+
+@functools.lru_cache(maxsize=256)
 def neutralize(source: str) -> str:
-  """Python for a cell written for IPython: magics and shell lines become `pass`."""
-  lines = source.splitlines()
-  if lines and lines[0].lstrip().startswith("%%"):
-    return "pass" if lines[0].split()[0] not in ("%%time", "%%timeit", "%%capture") \
-        else neutralize("\n".join(lines[1:]))
-  out = []
-  for line in lines:
-    stripped = line.lstrip()
-    indent = line[:len(line) - len(stripped)]
-    if stripped.startswith(("%", "!")):
-      out.append(f"{indent}pass")
-    elif (m := _MAGIC_ASSIGN.match(line)):
-      out.append(f"{m.group(1)}{m.group(2)} = None")
-    elif _HELP.match(stripped):   # `obj?` / `obj??`: IPython's help
-      out.append(f"{indent}pass")
-    else:
-      out.append(line)
-  return "\n".join(out)
+  """Python for a cell written for IPython. Python is left as it is; else IPython's own
+  transformer reads the cell's logical lines (`!cmd`, `x = !cmd`, `%magic`, `obj?`) and
+  turns them into calls to `get_ipython()`, which the runner answers with nothing.
+  A `%%time` cell is its body; any other cell magic, none of the cell. Line numbers stay."""
+  try:
+    TREES[source] = ast.parse(source)
+    return source
+  except (SyntaxError, ValueError, RecursionError, MemoryError):
+    pass
+  first, *rest = lines(source)
+  if first.lstrip().startswith("%%"):
+    return neutralize("\n".join(["", *rest])) if first.split()[0] in _BODY_MAGICS else "pass"
+  try:
+    from IPython.core.inputtransformer2 import TransformerManager
+    return TransformerManager().transform_cell(source)
+  except Exception:  # noqa: BLE001 (no IPython, or a cell it can't read: Python reports why)
+    return source
+
+
+class _NoShell:
+  """`get_ipython()` in the sandbox: magics and shell commands do nothing and give None."""
+
+  def __getattr__(self, name):
+    return lambda *args, **kwargs: None
 
 
 class _ImportLog:
@@ -91,22 +125,25 @@ class _ImportLog:
     importlib.import_module = logged_import_module
 
 
-def main() -> int:
-  job = json.load(sys.stdin)
-  out = os.fdopen(int(job["result_fd"]), "w")
-  from coursekit import answers
-  from coursekit import probe as probes
-  spec = probes.spec(job["part"], job["exercise"])   # before the learner's code runs
-  ns = {"__name__": "__main__", "__builtins__": builtins}
-  answers.NAMESPACE = ns
-  log = _ImportLog(ns)
-  log.install()
+class _Sealed(types.ModuleType):
+  """The probe module, once loaded: its attributes can't be rebound or deleted."""
 
-  def send(obj):   # one JSON line per event, so a run that dies still says how far it got
-    out.write(json.dumps(obj) + "\n")
-    out.flush()
+  def __setattr__(self, name, value):
+    raise AttributeError(f"{self.__name__} is the grader's: its attributes can't be rebound")
 
-  for kind, source, cell in job["cells"]:
+  def __delattr__(self, name):
+    raise AttributeError(f"{self.__name__} is the grader's: its attributes can't be deleted")
+
+
+def _short(e) -> str:
+  text = " ".join(str(e).split())
+  return text if len(text) <= 600 else text[:599] + "…"
+
+
+def run_cells(cells, ns, send, log, short):
+  """Each cell in `ns`, to its first error. The frames above the learner's code (this one,
+  `main`'s) hold neither the seed, which `main` reads only after, nor the probe."""
+  for kind, source, cell in cells:
     t0 = time.monotonic()
     status, error = "ok", None
     log.active = kind == "learner"
@@ -115,13 +152,37 @@ def main() -> int:
     except SyntaxError as e:
       status, error = "error", f"SyntaxError: {e.msg} (line {e.lineno})"
     except BaseException as e:  # noqa: BLE001 (SystemExit, KeyboardInterrupt: the cell's own)
-      status, error = "error", f"{type(e).__name__}: {probes.short(e)}"
+      status, error = "error", f"{type(e).__name__}: {short(e)}"
     send({"cell": {"cell": cell, "status": status, "error": error,
                    "seconds": round(time.monotonic() - t0, 3)}})
+
+
+def main() -> int:
+  job = json.loads(sys.stdin.readline())   # the cells; the seed is on the next line
+  out = os.fdopen(int(job["result_fd"]), "w")
+  out.write(json.dumps({"started": True}) + "\n")   # before anything of the learner's runs
+  out.flush()
+  from coursekit import answers
+  from coursekit import probe
+  probe.spec(job["part"], job["exercise"])   # the probe is loaded before the learner's code runs
+  probe.__class__ = _Sealed
+  del probe
+  ns = {"__name__": "__main__", "__builtins__": builtins, "get_ipython": _NoShell}
+  answers.NAMESPACE = ns
+  log = _ImportLog(ns)
+  log.install()
+
+  def send(obj):   # one JSON line per event, so a run that dies still says how far it got
+    out.write(json.dumps(obj) + "\n")
+    out.flush()
+
+  run_cells(job["cells"], ns, send, log, _short)
   sys.stdout.flush()
   log.active = True
   t0 = time.monotonic()
-  records = probes.run(spec, ns, job["seed"])
+  seed = json.loads(sys.stdin.readline())["seed"]
+  probes = sys.modules["coursekit.probe"]
+  records = probes.run(probes.spec(job["part"], job["exercise"]), ns, seed)
   send({"records": records, "imports": sorted(log.found),
         "probe_seconds": round(time.monotonic() - t0, 3)})
   out.close()

@@ -18,13 +18,19 @@ Each run gets:
   its /proc/1/cmdline is `bwrap --args 4 -- <command>`; the result channel is a
   pipe whose number the command gets on stdin, not from the environment; and
   every descriptor has the same number in every run (`FD_RESULT`, ...);
-* limits for the sandbox as a whole, from cgroups: memory (tmpfs included) and
-  the number of processes. As root, from the cgroup v1 `memory` and `pids`
-  controllers; otherwise from `systemd-run --user --scope` where a user
-  session has one; else per-process rlimits only (`Sandbox.mode` says which,
-  and the grader's report says so at its top). In every mode, /tmp and
+* limits for the sandbox as a whole, from cgroups: memory (tmpfs included),
+  the number of processes, and CPU (a quota of `cpus` cores, and a share equal
+  to every other sandbox's); its CPU time, all processes together, is counted
+  and ends the run at `cpu_seconds` (the wall clock, `timeout`, is only a
+  generous bound). As root, from the cgroup v1 `memory`, `pids`, `cpu` and
+  `cpuacct` controllers; otherwise from `systemd-run --user --scope` where a
+  user session has one; else per-process rlimits only (`Sandbox.mode` says
+  which, and the grader's report says so at its top). In every mode, /tmp and
   /dev/shm have a size limit, and nothing else is writable;
 * per-process rlimits as well (CPU seconds, file size, no core files);
+* a seccomp filter (`lock_filter`) that denies file locks, leases and file
+  watches: every sandbox sees the same read-only files, and a lock or a watch
+  on one of them would be a channel from one sandbox to another;
 * capped output: at most `output_cap` bytes of stdout+stderr are kept, the rest
   is read and dropped; the result channel (a separate pipe) is capped too.
 
@@ -36,6 +42,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 import shutil
 import signal
@@ -59,11 +66,12 @@ class SandboxUnavailable(RuntimeError):
 class Limits:
   memory_mib: int = 2048        # the whole sandbox
   pids: int = 64                # processes and threads in the whole sandbox
-  cpu_seconds: int = 120        # per process
+  cpu_seconds: float = 120      # CPU time of the whole sandbox (cgroup cpuacct), and of each process
+  cpus: float = 1.0             # CPU quota of the whole sandbox, in cores (cgroup cpu, systemd)
   file_mib: int = 64            # largest file written
   tmp_mib: int = 256            # the private /tmp
   shm_mib: int = 64             # the private /dev/shm
-  timeout: float = 60           # wall clock, the whole run
+  timeout: float = 360          # wall clock, the whole run (a generous bound: CPU time decides)
   output_cap: int = 64_000      # bytes of stdout+stderr kept
   result_cap: int = 16 << 20    # bytes of result
 
@@ -79,6 +87,9 @@ class Result:
   result: bytes = b""
   result_truncated: bool = False
   seconds: float = 0.0
+  cpu_seconds: float | None = None   # the whole sandbox's CPU time, where a cgroup counts it
+  wall: bool = False            # a timeout at the wall-clock bound (not the CPU limit)
+  waited: float | None = None   # seconds its processes waited for a CPU, where a cgroup tells
 
 
 @dataclass
@@ -100,6 +111,7 @@ class Sandbox:
     self.mode = self.mode or limit_mode()
     self.bwrap, self.prlimit = shutil.which("bwrap"), shutil.which("prlimit")
     self.env_path = shutil.which("env") or "/usr/bin/env"   # `env -i`: nothing reaches bwrap
+    self.seccomp = lock_filter()   # no file locks, leases or watches: no channel between runs
 
   # --- the command line ---------------------------------------------------------------
   def runtime_binds(self) -> list[str]:
@@ -151,7 +163,8 @@ class Sandbox:
 
   def rlimit_argv(self) -> list[str]:
     lim = self.limits
-    args = [self.prlimit, f"--cpu={lim.cpu_seconds}:{lim.cpu_seconds + 5}",
+    cpu = math.ceil(lim.cpu_seconds) + 1   # past the whole sandbox's limit, where a cgroup counts it
+    args = [self.prlimit, f"--cpu={cpu}:{cpu + 5}",
             f"--fsize={lim.file_mib << 20}", "--core=0"]
     if self.mode == "rlimits":   # no cgroup: per process, and a per-user process count
       args += [f"--as={lim.memory_mib << 20}", f"--nproc={lim.pids}"]
@@ -175,27 +188,27 @@ class Sandbox:
       opened += host_fds
       inside = {dest: FD_FILES + i for i, dest in enumerate(files or {})}
       options, tail = self.argv(command, binds or {}, env or {}, inside)
-      args_fd = os.memfd_create("bwrap-args") if hasattr(os, "memfd_create") else _temp_fd()
-      opened.append(args_fd)
-      os.write(args_fd, b"".join(a.encode() + b"\0" for a in options))
-      os.lseek(args_fd, 0, os.SEEK_SET)
+      child_fds = {FD_RESULT: w_fd, **{FD_FILES + i: fd for i, fd in enumerate(host_fds)}}
+      if self.seccomp:
+        child_fds[FD_SECCOMP] = _memory_file(self.seccomp)
+        opened.append(child_fds[FD_SECCOMP])
+        options += ["--seccomp", str(FD_SECCOMP)]
+      child_fds[FD_ARGS] = _memory_file(b"".join(a.encode() + b"\0" for a in options))
+      opened.append(child_fds[FD_ARGS])
       inner = [self.env_path, "-i", *self.rlimit_argv(), self.bwrap, "--args", str(FD_ARGS), *tail]
-      child_fds = {FD_RESULT: w_fd, FD_ARGS: args_fd,
-                   **{FD_FILES + i: fd for i, fd in enumerate(host_fds)}}
       popen_env = {}
     else:
       inner = command
       popen_env = dict(os.environ, **self.env, **(env or {}))
     if cg is not None:
-      inner = ["/bin/sh", "-c", ''
-               f'echo $$ > {cg.memory}/cgroup.procs && echo $$ > {cg.pids}/cgroup.procs && '
-               'exec "$@"', "sh", *inner]
+      inner = ["/bin/sh", "-c", f'{cg.enter()} && exec "$@"', "sh", *inner]
     elif self.mode == "systemd":   # systemd-run needs the session's bus; `env -i` drops it
       popen_env = {k: v for k, v in os.environ.items()
                    if k in ("DBUS_SESSION_BUS_ADDRESS", "XDG_RUNTIME_DIR")}
       inner = ["systemd-run", "--user", "--scope", "--quiet", "--collect",
                f"-pMemoryMax={lim.memory_mib}M", "-pMemorySwapMax=0",
-               f"-pTasksMax={lim.pids}", "--", *inner]
+               f"-pTasksMax={lim.pids}", f"-pCPUQuota={max(1, round(lim.cpus * 100))}%",
+               "--", *inner]
     t0 = time.monotonic()
     try:
       if self.enabled:
@@ -218,14 +231,22 @@ class Sandbox:
       proc.stdin.close()
     except (BrokenPipeError, OSError):
       pass
-    status = "ok"
-    try:
-      proc.wait(timeout=lim.timeout)
-    except subprocess.TimeoutExpired:
-      status = "timeout"
-      _kill(proc, cg)
-      proc.wait()
+    status, wall, used, waited = "ok", False, None, None
+    while True:   # until it ends, its CPU time is spent, or the wall-clock bound
+      left = lim.timeout - (time.monotonic() - t0)
+      try:
+        proc.wait(timeout=max(0.0, min(left, 0.2 if cg else left)))
+        break
+      except subprocess.TimeoutExpired:
+        used = cg.cpu_seconds() if cg else None
+        if left <= 0 or (used is not None and used >= lim.cpu_seconds):
+          status, wall = "timeout", left <= 0
+          waited = cg.waited() if cg else None
+          _kill(proc, cg)
+          proc.wait()
+          break
     if cg:
+      used = cg.cpu_seconds()
       cg.kill_all()
     out.join(5)
     res.join(5)
@@ -244,13 +265,15 @@ class Sandbox:
         status = "killed"
     elif status == "ok" and rc != 0:
       status = "exited"
+    if sig == "SIGXCPU":   # a process reached its CPU seconds (RLIMIT_CPU)
+      status = "timeout"
     return Result(status, rc, sig, oom, out.text(), out.total, res.data(), res.truncated,
-                  time.monotonic() - t0)
+                  time.monotonic() - t0, used, wall, waited)
 
 
 # A sandbox's descriptors, the same in every run (whatever the grader has open, however
 # many runs are at once): the result pipe, bwrap's options, the files copied in.
-FD_RESULT, FD_ARGS, FD_FILES = 3, 4, 5
+FD_RESULT, FD_ARGS, FD_SECCOMP, FD_FILES = 3, 4, 5, 6
 
 
 class _Spawned:
@@ -288,10 +311,16 @@ class _Spawned:
     return self.returncode
 
 
-def _temp_fd() -> int:
-  import tempfile
-  fd, path = tempfile.mkstemp()
-  os.unlink(path)
+def _memory_file(data: bytes) -> int:
+  """A descriptor of an unnamed file holding `data`, read from its start."""
+  if hasattr(os, "memfd_create"):
+    fd = os.memfd_create("coursekit")
+  else:
+    import tempfile
+    fd, path = tempfile.mkstemp()
+    os.unlink(path)
+  os.write(fd, data)
+  os.lseek(fd, 0, os.SEEK_SET)
   return fd
 
 
@@ -338,13 +367,24 @@ def _kill(proc, cg):
 
 
 class _Cgroup:
-  """A memory cgroup and a pids cgroup (v1) for one run."""
+  """One run's cgroups (v1): memory and pids limits, and, where this machine has those
+  controllers, a CPU quota and a share equal to every other sandbox's (`cpu`), and the
+  count of its CPU time (`cpuacct`)."""
 
   def __init__(self, lim: Limits):
     name = f"coursekit-{os.getpid()}-{next(_counter)}"
-    self.memory, self.pids = CGROUP_V1 / "memory" / name, CGROUP_V1 / "pids" / name
-    self.memory.mkdir()
-    self.pids.mkdir()
+    self.dirs: dict[str, Path] = {}
+    made = set()
+    for c in ("memory", "pids", "cpu", "cpuacct"):
+      top = CGROUP_V1 / c
+      if c in ("cpu", "cpuacct") and not os.access(top, os.W_OK):
+        continue
+      d = Path(os.path.realpath(top)) / name   # cpu and cpuacct may be one hierarchy
+      if d not in made:
+        d.mkdir()
+        made.add(d)
+      self.dirs[c] = d
+    self.memory, self.pids = self.dirs["memory"], self.dirs["pids"]
     limit = str(lim.memory_mib << 20)
     (self.memory / "memory.limit_in_bytes").write_text(limit)
     sw = self.memory / "memory.memsw.limit_in_bytes"
@@ -354,10 +394,42 @@ class _Cgroup:
       except OSError:
         pass
     (self.pids / "pids.max").write_text(str(lim.pids))
+    if "cpu" in self.dirs:
+      period = int((self.dirs["cpu"] / "cpu.cfs_period_us").read_text())
+      (self.dirs["cpu"] / "cpu.cfs_quota_us").write_text(str(max(1000, int(lim.cpus * period))))
+
+  @property
+  def unique(self) -> list[Path]:
+    return sorted(set(self.dirs.values()))
+
+  def enter(self) -> str:
+    """Shell that moves the shell itself into every cgroup of the run."""
+    return " && ".join(f"echo $$ > {d}/cgroup.procs" for d in self.unique)
+
+  def cpu_seconds(self) -> float | None:
+    """The run's CPU time so far, all its processes together (None: not counted here)."""
+    if "cpuacct" not in self.dirs:
+      return None
+    try:
+      return int((self.dirs["cpuacct"] / "cpuacct.usage").read_text()) / 1e9
+    except (OSError, ValueError):
+      return None
+
+  def waited(self) -> float:
+    """Seconds its live threads have spent runnable but waiting for a CPU (schedstat)."""
+    total = 0
+    for pid in self.procs():
+      try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+          with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+            total += int(f.read().split()[1])
+      except (OSError, ValueError, IndexError):
+        pass
+    return total / 1e9
 
   def procs(self) -> list[int]:
     pids = set()
-    for cg in (self.memory, self.pids):
+    for cg in self.unique:
       try:
         pids |= {int(p) for p in (cg / "cgroup.procs").read_text().split()}
       except OSError:
@@ -388,7 +460,7 @@ class _Cgroup:
 
   def remove(self):
     self.kill_all()
-    for cg in (self.memory, self.pids):
+    for cg in self.unique:
       for _ in range(50):
         try:
           cg.rmdir()
@@ -397,6 +469,65 @@ class _Cgroup:
           break
         except OSError:
           time.sleep(0.02)
+
+
+# --- No channel between sandboxes: a seccomp filter --------------------------------------------
+# Every sandbox sees the same read-only files (the runtime). A lock on one of them (flock, or
+# fcntl's record locks, which F_GETLK reads from elsewhere), a lease on one, or a watch on
+# one (inotify, fanotify: another sandbox opening it is an event) is a channel from one
+# sandbox to another. The filter makes those calls fail with ENOLCK (locks) or EPERM.
+_ENOLCK, _EPERM = 37, 1
+# fcntl commands: F_GETLK, F_SETLK, F_SETLKW, F_OFD_GETLK, F_OFD_SETLK, F_OFD_SETLKW,
+# F_SETLEASE, F_GETLEASE, F_NOTIFY (and their 64-bit variants on i386: 12, 13, 14)
+_LOCK_COMMANDS = (5, 6, 7, 36, 37, 38, 1024, 1025, 1026, 12, 13, 14)
+_SYSCALLS = {   # audit arch: ({locking syscall: errno}, (fcntl numbers))
+    "x86_64": (0xC000003E, {73: _ENOLCK, 253: _EPERM, 294: _EPERM, 300: _EPERM}, (72,)),
+    "i386": (0x40000003, {143: _ENOLCK, 291: _EPERM, 332: _EPERM, 338: _EPERM}, (55, 221)),
+    "aarch64": (0xC00000B7, {32: _ENOLCK, 26: _EPERM, 262: _EPERM}, (25,)),
+}
+
+
+def lock_filter() -> bytes | None:
+  """A classic BPF program for bwrap's `--seccomp` that denies file locks, leases and file
+  watches, on this machine's architecture (x86_64 with its i386 calls, or aarch64); any
+  other architecture's calls fail. None where the architecture is none of those."""
+  import platform
+  import struct
+  native = platform.machine()
+  if native not in ("x86_64", "aarch64"):
+    return None
+  arches = [native] + (["i386"] if native == "x86_64" else [])
+  LD, JEQ, JSET, RET = 0x20, 0x15, 0x45, 0x06   # BPF_LD|W|ABS, BPF_JMP|JEQ|K, JSET, BPF_RET|K
+  ALLOW, ERRNO = 0x7FFF0000, 0x00050000
+  prog = []   # (code, jt, jf, k); jumps are relative, filled in as the blocks are laid out
+
+  def block(arch):
+    audit, calls, fcntls = _SYSCALLS[arch]
+    out = [(LD, 0, 0, 0)]   # nr
+    if arch == "x86_64":    # the x32 ABI's calls: none of ours
+      out.append((JSET, 0, 1, 0x40000000))
+      out.append((RET, 0, 0, ERRNO | _EPERM))
+    for nr, errno in calls.items():
+      out += [(JEQ, 0, 1, nr), (RET, 0, 0, ERRNO | errno)]
+    checks = [(LD, 0, 0, 24)]   # args[1], its low 32 bits (little-endian): fcntl's command
+    for cmd in _LOCK_COMMANDS:
+      checks += [(JEQ, 0, 1, cmd), (RET, 0, 0, ERRNO | _ENOLCK)]
+    checks.append((RET, 0, 0, ALLOW))
+    for nr in fcntls:
+      out.append((JEQ, 0, 0, nr))   # jt set below: to `checks`
+    out.append((RET, 0, 0, ALLOW))
+    first = len(out) - 1 - len(fcntls)
+    for i in range(len(fcntls)):
+      code, _, jf, k = out[first + i]
+      out[first + i] = (code, len(out) - (first + i) - 1, jf, k)
+    return out + checks
+
+  blocks = [(_SYSCALLS[a][0], block(a)) for a in arches]
+  prog.append((LD, 0, 0, 4))   # arch
+  for audit, body in blocks:
+    prog += [(JEQ, 0, len(body), audit), *body]
+  prog.append((RET, 0, 0, ERRNO | _EPERM))   # an architecture we don't know
+  return b"".join(struct.pack("=HBBI", *ins) for ins in prog)
 
 
 def unavailable() -> str | None:
@@ -440,11 +571,12 @@ def limit_mode() -> str:
 
 
 MODE_TEXT = {
-    "cgroup-v1": "bubblewrap sandbox; memory and process limits for each whole sandbox (cgroup v1)",
-    "systemd": "bubblewrap sandbox; memory and process limits for each whole sandbox "
-               "(systemd-run --user --scope)",
-    "rlimits": "bubblewrap sandbox; NO cgroup here: memory is limited per process and the "
-               "process count per user (rlimits), not per sandbox",
+    "cgroup-v1": "bubblewrap sandbox; memory, process and CPU limits, and CPU time, for each "
+                 "whole sandbox (cgroup v1)",
+    "systemd": "bubblewrap sandbox; memory, process and CPU limits for each whole sandbox "
+               "(systemd-run --user --scope); CPU time per process (rlimits)",
+    "rlimits": "bubblewrap sandbox; NO cgroup here: memory and CPU time are limited per "
+               "process and the process count per user (rlimits), not per sandbox",
     "none": "NO SANDBOX (--no-sandbox): the notebooks ran with the grader's own rights; "
             "use this only for trusted notebooks",
 }

@@ -1,12 +1,13 @@
 """Near-identical answers: the one kind of copying a sandbox can't see.
 
-Each answer (a submission's code for one exercise) is normalized: comments,
-docstrings and formatting go (it is parsed and unparsed), and every name the
+Each answer (the learner's code that the grader runs for one exercise: the
+answer and what it needs, from any of the notebook's cells) is normalized:
+comments, docstrings and formatting go (on its tokens), and every name the
 answer binds itself (functions, arguments, variables) is renamed in order of
 first appearance, so renaming and reformatting change nothing. Pairs of
 submissions from different students whose normalized answers share at least
-`THRESHOLD` of their token 3-grams (Jaccard) are listed. Unanswered stubs and
-very short answers are left out.
+`THRESHOLD` of their token 3-grams (Jaccard) are listed. Unanswered stubs (read
+from the syntax tree) and very short answers are left out.
 """
 from __future__ import annotations
 
@@ -18,54 +19,58 @@ from collections import defaultdict
 
 import numpy as np
 
-from .runner import neutralize
+from .runner import neutralize, parse
 
 THRESHOLD = 0.9
 MIN_TOKENS = 12     # shorter answers are too alike by nature
 
 
-class _Renamer(ast.NodeTransformer):
-  def __init__(self):
-    self.names: dict[str, str] = {}
+_SKIP = (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.COMMENT,
+         tokenize.ENDMARKER)
 
-  def _new(self, name):
-    if name in dir(builtins):
-      return name
-    return self.names.setdefault(name, f"v{len(self.names)}")
 
-  def visit_FunctionDef(self, node):
-    node.name = self._new(node.name)
-    if ast.get_docstring(node):
-      node.body = node.body[1:] or [ast.Pass()]
-    return self.generic_visit(node)
+def _bound_and_docstrings(tree) -> tuple[set, set]:
+  """The names an answer binds itself (functions, classes, arguments, variables), and
+  where its docstrings start: from one iterative walk, whatever the depth of the code."""
+  bound, docs = set(), set()
+  for n in ast.walk(tree):
+    if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+      bound.add(n.name)
+    elif isinstance(n, ast.arg):
+      bound.add(n.arg)
+    elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+      bound.add(n.id)
+    if isinstance(n, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) \
+        and n.body and isinstance(n.body[0], ast.Expr) \
+        and isinstance(n.body[0].value, ast.Constant) and isinstance(n.body[0].value.value, str):
+      docs.add(n.body[0].lineno)
+  return bound - set(dir(builtins)), docs
 
-  visit_AsyncFunctionDef = visit_FunctionDef
 
-  def visit_arg(self, node):
-    node.arg, node.annotation = self._new(node.arg), None
-    return node
-
-  def visit_Name(self, node):
-    if isinstance(node.ctx, ast.Store) or node.id in self.names:
-      node.id = self._new(node.id)
-    return node
+def normal_tokens(source: str) -> list[str]:
+  """An answer's tokens without comments, docstrings or layout, the names it binds
+  renamed in order of first appearance (`v0`, `v1`, ...): linear in its length."""
+  python, tree = neutralize(source), parse(source)
+  bound, docs = (set(), set()) if isinstance(tree, Exception) else _bound_and_docstrings(tree)
+  names, out, previous = {}, [], None
+  try:
+    for t in tokenize.generate_tokens(io.StringIO(python).readline):
+      if t.type in _SKIP or (t.type == tokenize.STRING and t.start[0] in docs
+                              and previous in (None, ":", "\n")):
+        previous = "\n" if t.type in (tokenize.NEWLINE, tokenize.NL) else previous
+        continue
+      text = t.string
+      if t.type == tokenize.NAME and text in bound and previous != ".":
+        text = names.setdefault(text, f"v{len(names)}")
+      out.append(text)
+      previous = t.string
+  except (tokenize.TokenError, IndentationError, SyntaxError):
+    return out or python.split()
+  return out
 
 
 def normalize(source: str) -> str:
-  try:
-    tree = ast.parse(neutralize(source))
-  except (SyntaxError, ValueError):
-    return " ".join(source.split())
-  return ast.unparse(_Renamer().visit(tree))
-
-
-def tokens(code: str) -> list[str]:
-  try:
-    return [t.string for t in tokenize.generate_tokens(io.StringIO(code).readline)
-            if t.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
-                              tokenize.COMMENT, tokenize.ENDMARKER)]
-  except (tokenize.TokenError, IndentationError, SyntaxError):
-    return code.split()
+  return " ".join(normal_tokens(source))
 
 
 MAX_TOKENS = 5000   # of one answer (longer ones are compared on their first tokens)
@@ -73,26 +78,42 @@ MAX_TOKENS = 5000   # of one answer (longer ones are compared on their first tok
 
 def signature(code: str) -> np.ndarray:
   """The sorted, unique hashes of an answer's token 3-grams, once normalized."""
-  toks = tokens(normalize(code))[:MAX_TOKENS]
+  toks = normal_tokens(code)[:MAX_TOKENS]
   if len(toks) < MIN_TOKENS:
     return np.zeros(0, np.int64)
   grams = {hash(tuple(toks[i:i + 3])) for i in range(len(toks) - 2)}
   return np.unique(np.fromiter(grams, np.int64, len(grams)))
 
 
+def unanswered(source: str) -> bool:
+  """Whether the code still holds a stub's answer: a function whose body (past its
+  docstring) only raises NotImplementedError. Decided on the syntax tree, so a comment
+  or a string that mentions it changes nothing."""
+  tree = parse(source)
+  if isinstance(tree, Exception):
+    return False
+  for n in ast.walk(tree):
+    if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+      body = n.body[1:] if ast.get_docstring(n, clean=False) is not None else n.body
+      if len(body) == 1 and isinstance(body[0], ast.Raise) and body[0].exc is not None:
+        exc = body[0].exc.func if isinstance(body[0].exc, ast.Call) else body[0].exc
+        if isinstance(exc, ast.Name) and exc.id == "NotImplementedError":
+          return True
+  return False
+
+
 def signatures(parsed) -> list[tuple]:
   """[(part, exercise, student, submission, signature)] of one parsed submission's
-  answers (unanswered stubs and short answers left out): all the similarity check
-  keeps of a notebook."""
+  answers: for each exercise, the learner's statements that the grader runs for it
+  (`parsed.runs`: its answers and everything they need, from any cell), unless they are
+  unanswered or short. All the similarity check keeps of a notebook."""
   if parsed.failure or not parsed.part:
     return []
-  code = defaultdict(str)
-  for c in parsed.cells:
-    ex = c.get("exercise")
-    if c["kind"] == "learner" and ex and "raise NotImplementedError" not in c["source"]:
-      code[ex] += "\n" + c["source"]
   out = []
-  for ex, text in sorted(code.items()):
+  for ex, ran in sorted(parsed.runs.items()):
+    text = "\n".join(c["source"] for c in ran if c["kind"] == "learner")
+    if not text.strip() or unanswered(text):
+      continue
     sig = signature(text)
     if sig.size:
       out.append((parsed.part, ex, parsed.student, parsed.sub.label, sig))

@@ -251,21 +251,22 @@ def _one_line(text, limit) -> str:
 
 
 def student_of(sub: Submission, nb) -> tuple[str, str]:
-  """(the student, a note when the notebook's metadata names someone else). The folder
-  a notebook is in wins over its metadata, which the learner can set to anything;
-  then the metadata; then the file name."""
+  """(the student, a note when the notebook's metadata names someone else). Where the
+  notebook was handed in decides: its folder, else its file name. Its metadata, which the
+  learner (or anyone who passed the file on) can set to anything, never does; when it
+  names someone else, the note says so."""
   meta = nb.get("metadata", {}).get("coursekit", {}) if isinstance(nb, dict) else {}
   who = meta.get("student") if isinstance(meta, dict) else None
   who = _one_line(who, 64) if isinstance(who, str) and who.strip() else None
   if sub.folder:
-    note = (f"its metadata names the student {who!r}; graded as {sub.folder!r}, the folder "
-            "it was handed in in" if who and who != sub.folder else "")
-    return sub.folder, note
-  if who:
-    return who, ""
-  stem = re.sub(r"\.ipynb$", "", PurePosixPath(sub.label).name, flags=re.I)
-  stem = re.sub(r" \(copy \d+\)$", "", stem)
-  name = stem
-  while (shorter := SUFFIX.sub("", name)) != name and shorter:
-    name = shorter
-  return name or stem, ""
+    name, where = sub.folder, "the folder it was handed in in"
+  else:
+    stem = re.sub(r"\.ipynb$", "", PurePosixPath(sub.label).name, flags=re.I)
+    stem = re.sub(r" \(copy \d+\)$", "", stem)
+    name = stem
+    while (shorter := SUFFIX.sub("", name)) != name and shorter:
+      name = shorter
+    name, where = name or stem, "its file name"
+  note = (f"its metadata names the student {who!r}; graded as {name!r}, {where}"
+          if who and who != name else "")
+  return name, note

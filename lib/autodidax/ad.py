@@ -297,8 +297,10 @@ jvp_rules[convert_element_type_p] = _convert_element_type_jvp
 # dot_general is bilinear: one term per operand, each a dot_general itself.
 jvp_rules[lax.dot_general_p] = partials_jvp(
     lax.dot_general_p,
-    lambda x_dot, x, y, *, dimension_numbers: lax.dot_general(x_dot, y, dimension_numbers),
-    lambda y_dot, x, y, *, dimension_numbers: lax.dot_general(x, y_dot, dimension_numbers))
+    lambda x_dot, x, y, *, dimension_numbers, out_sharding=None: lax.dot_general(
+        x_dot, y, dimension_numbers, out_sharding),
+    lambda y_dot, x, y, *, dimension_numbers, out_sharding=None: lax.dot_general(
+        x, y_dot, dimension_numbers, out_sharding))
 
 
 # --- Transposition: running a linear jaxpr backwards (Part 4) ----------------------------------
@@ -337,7 +339,7 @@ def backward_pass(jaxpr, args, cts) -> list:
   for x, ct in zip(jaxpr.outvars, cts):
     add_cotangent(x, ct)
   for eqn in reversed(linear_eqns):   # each sends its outputs' cotangents to its inputs
-    cts_out = [ct_env.pop(v, Zero(v.aval)) for v in eqn.out_binders]
+    cts_out = [fit_vma(ct_env.pop(v, Zero(v.aval)), v.aval) for v in eqn.out_binders]
     if all(type(ct) is Zero for ct in cts_out):
       continue
     rule = transpose_rules[eqn.primitive]
@@ -345,8 +347,16 @@ def backward_pass(jaxpr, args, cts) -> list:
     cts_in = rule(ct_arg, *map(read_primal, eqn.inputs), **eqn.params)
     for x, ct in zip(eqn.inputs, cts_in):
       add_cotangent(x, ct)
-  return [ct_env.pop(v, Zero(v.aval)) for v, x in zip(jaxpr.constvars + jaxpr.invars, args)
-          if is_undefined_primal(x)]
+  return [fit_vma(ct_env.pop(v, Zero(v.aval)), v.aval)
+          for v, x in zip(jaxpr.constvars + jaxpr.invars, args) if is_undefined_primal(x)]
+
+
+def fit_vma(ct, aval):
+  """A cotangent with its primal's type. Inside shard_map (check_vma), a
+  cotangent may vary over more mesh axes than its primal, where an invariant
+  value met varying ones (an implicit pvary): it is summed over those (a
+  psum, pvary's transpose). autodidax.shard_map sets the real one."""
+  return ct
 
 
 def eval_known_eqns(jaxpr, args):
@@ -445,7 +455,8 @@ transpose_rules[broadcast_p] = _broadcast_transpose
 transpose_rules[transpose_p] = (
     lambda ct, x, *, permutation: [lax.transpose(ct, np.argsort(permutation))])
 transpose_rules[reshape_p] = (
-    lambda ct, x, *, new_sizes: [lax.reshape(ct, x.aval.shape)])
+    lambda ct, x, *, new_sizes, out_sharding=None: [
+        lax.reshape(ct, x.aval.shape, x.aval.sharding if out_sharding else None)])
 transpose_rules[convert_element_type_p] = (
     lambda ct, x, *, new_dtype, weak_type:
     [lax.convert_element_type(ct, x.aval.dtype, x.aval.weak_type)])
@@ -459,17 +470,23 @@ def _dot_transpose_lhs(ct, y, x_aval, dimension_numbers):
   rf = [i for i in range(y_ndim) if i not in rc and i not in rb]
   nb = len(lb)
   ct_rf = tuple(range(nb + len(lf), nb + len(lf) + len(rf)))
-  out = lax.dot_general(ct, y, ((ct_rf, tuple(rf)), (tuple(range(nb)), tuple(rb))))
   # out's axes are x's batch axes, x's free axes, then x's contracting axes
   # in the order y holds them; put them back in x's order.
   x_axes = [*lb, *lf, *(lc[i] for i in np.argsort(rc))]
+  # On Explicit axes, the cotangent is laid out as x, whatever ct's and y's
+  # layouts: a contraction they both split is then no ambiguity (as in JAX,
+  # an x without a sharding leaves it one: an error).
+  s = x_aval.sharding
+  s = None if s is None else type(s)(s.mesh, type(s.spec)(
+      *[s.spec.padded(x_ndim)[a] for a in x_axes]))
+  out = lax.dot_general(ct, y, ((ct_rf, tuple(rf)), (tuple(range(nb)), tuple(rb))), s)
   out = lax.transpose(out, np.argsort(x_axes))
   # Operands of two dtypes: the cotangent comes in the result's; give x's.
   return out if get_aval(out).dtype == x_aval.dtype else lax.convert_element_type(
       out, x_aval.dtype)
 
 
-def _dot_general_transpose(ct, x, y, *, dimension_numbers):
+def _dot_general_transpose(ct, x, y, *, dimension_numbers, out_sharding=None):
   (lc, rc), (lb, rb) = dimension_numbers
   if is_undefined_primal(x) and is_undefined_primal(y):
     raise ValueError("dot_general: both operands are linear inputs; not linear")

@@ -353,11 +353,13 @@ def partial_eval_jaxpr_policy(jaxpr, in_unknowns, policy):
 
 
 def dce_eqns(eqns, outvars) -> list:
-  """The equations that `outvars` depend on (dead code elimination)."""
+  """The equations that `outvars` depend on (dead code elimination), and
+  those with effects."""
+  from .effects import has_effects
   live = {x for x in outvars if type(x) is Var}
   kept = []
   for eqn in reversed(eqns):
-    if any(v in live for v in eqn.out_binders):
+    if any(v in live for v in eqn.out_binders) or has_effects(eqn):   # a print stays
       kept.append(eqn)
       live.update(x for x in eqn.inputs if type(x) is Var)
   return kept[::-1]

@@ -270,7 +270,9 @@ def _split_half(xs):
 
 
 def _tangent_aval(x):
-  return ShapedArray(np.shape(x), np.result_type(get_aval(x).dtype))
+  aval = get_aval(x)   # (a tangent lives where its primal does: same sharding and vma)
+  return ShapedArray(np.shape(x), np.result_type(aval.dtype), sharding=aval.sharding,
+                     vma=aval.vma)
 
 
 def _check_like(what, kind, owner, values, avals):

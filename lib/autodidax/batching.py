@@ -302,10 +302,19 @@ def _transpose_rule(axis_size, vals_in, dims_in, *, permutation):
   return lax.transpose(x, (0, *(p + 1 for p in permutation))), 0
 
 
-def _reshape_rule(axis_size, vals_in, dims_in, *, new_sizes):
+def _reshape_rule(axis_size, vals_in, dims_in, *, new_sizes, out_sharding=None):
   (x,), (x_bdim,) = vals_in, dims_in
   x = move_batch_axis(axis_size, x_bdim, 0, x)
-  return lax.reshape(x, (axis_size, *new_sizes)), 0
+  return lax.reshape(x, (axis_size, *new_sizes), _batched(out_sharding, 0, len(new_sizes))), 0
+
+
+def _batched(sharding, dim, ndim):
+  """An out_sharding with a whole batch dimension inserted at `dim`."""
+  if sharding is None:
+    return None
+  spec = list(sharding.spec.padded(ndim))
+  spec.insert(dim, None)
+  return type(sharding)(sharding.mesh, type(sharding.spec)(*spec))
 
 
 vmap_rules[broadcast_p] = _broadcast_rule
@@ -313,7 +322,7 @@ vmap_rules[transpose_p] = _transpose_rule
 vmap_rules[reshape_p] = _reshape_rule
 
 
-def _dot_general_rule(axis_size, vals_in, dims_in, *, dimension_numbers):
+def _dot_general_rule(axis_size, vals_in, dims_in, *, dimension_numbers, out_sharding=None):
   # Both mapped: the batch axis becomes a new leading batch dimension. One
   # mapped: it is just one more free axis of that operand, no copies needed.
   (x, y), (xb, yb) = vals_in, dims_in
@@ -322,15 +331,18 @@ def _dot_general_rule(axis_size, vals_in, dims_in, *, dimension_numbers):
   if xb is not not_mapped and yb is not not_mapped:
     x, y = moveaxis(x, xb, 0), moveaxis(y, yb, 0)
     dn = ((shift(lc, 0), shift(rc, 0)), ((0, *shift(lb, 0)), (0, *shift(rb, 0))))
-    return lax.dot_general(x, y, dn), 0
-  if xb is not not_mapped:
+    out_dim = 0
+  elif xb is not not_mapped:
     lc, lb = shift(lc, xb), shift(lb, xb)
     free = [i for i in range(np.ndim(x)) if i not in lc and i not in lb]
-    return lax.dot_general(x, y, ((lc, rc), (lb, rb))), len(lb) + free.index(xb)
-  rc, rb = shift(rc, yb), shift(rb, yb)
-  free = [i for i in range(np.ndim(y)) if i not in rc and i not in rb]
-  n_lhs_free = np.ndim(x) - len(lc) - len(lb)
-  return lax.dot_general(x, y, ((lc, rc), (lb, rb))), len(lb) + n_lhs_free + free.index(yb)
+    dn, out_dim = ((lc, rc), (lb, rb)), len(lb) + free.index(xb)
+  else:
+    rc, rb = shift(rc, yb), shift(rb, yb)
+    free = [i for i in range(np.ndim(y)) if i not in rc and i not in rb]
+    n_lhs_free = np.ndim(x) - len(lc) - len(lb)
+    dn, out_dim = ((lc, rc), (lb, rb)), len(lb) + n_lhs_free + free.index(yb)
+  nd = np.ndim(x) + np.ndim(y) - len(lb) - len(rb) - len(lc) - len(rc) - 1
+  return lax.dot_general(x, y, dn, _batched(out_sharding, out_dim, nd)), out_dim
 
 
 vmap_rules[lax.dot_general_p] = _dot_general_rule

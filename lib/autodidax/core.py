@@ -114,7 +114,35 @@ abstract_eval_rules = RuleTable(
     "(or, as in JAX, `prim.def_abstract_eval(rule)`).")
 
 
+sharding_rules = RuleTable(
+    "Sharding", "Register one with `core.sharding_rules[prim] = rule`: "
+    "rule(*avals, **params) returns the output's PartitionSpec (a list of them "
+    "for several outputs), computed from the operands' `aval.sharding.spec`.")
+
+
+def abstract_eval(prim: Primitive, avals, params):
+  """The output type(s) of `prim`: its abstract eval rule's, and where an
+  operand's type has a sharding (a mesh with Explicit axes) or varies over
+  manual axes (inside shard_map), those of the output, from the primitive's
+  sharding rule and vma rule. Every staging interpreter calls this."""
+  out = abstract_eval_rules[prim](*avals, **params)
+  for a in avals:   # (a Ref's type has neither: its reads and writes keep their values')
+    if getattr(a, "sharding", None) is not None or getattr(a, "vma", None):
+      return types_hook(prim, avals, params, out)
+  if prim in vma_rules:   # a collective may vary more than its operands
+    return types_hook(prim, avals, params, out)
+  return out
+
+
+types_hook = None   # set by autodidax.sharding_rules
+# rule(vmas, **params) -> the output's vma, for the primitives whose output
+# doesn't vary over the union of their operands' (collectives: autodidax.shard_map)
+vma_rules: dict = {}
+
+
 # --- Abstract values ----------------------------------------------------------
+
+_keep = object()   # update(): leave this field as it is
 
 _DTYPE_SHORT = {"float16": "f16", "float32": "f32", "float64": "f64",
                 "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
@@ -130,13 +158,19 @@ class ShapedArray:
   """The set of all arrays with a given shape and dtype.
 
   `weak_type` marks values that came from Python scalars: like JAX, they adopt
-  the dtype of the array they meet (`x * 2.` keeps x's float32).
+  the dtype of the array they meet (`x * 2.` keeps x's float32). `sharding`
+  (a NamedSharding, or None) is where an array on a mesh with Explicit axes
+  lives: part of its type, printed `f32[16@data,4]`. Inside shard_map, `vma`
+  is the set of mesh axes along which the value varies from device to
+  device, printed `f32[2,4]{V:data}` (both: the chapter Many devices).
   """
 
-  def __init__(self, shape, dtype, weak_type: bool = False):
+  def __init__(self, shape, dtype, weak_type: bool = False, sharding=None,
+               vma=frozenset()):
     self.shape = tuple(shape)
     self.dtype = np.dtype(dtype)
     self.weak_type = weak_type
+    self.sharding, self.vma = sharding, vma
     if self.dtype not in dtypes.SUPPORTED:   # e.g. bfloat16: NumPy has none
       raise dtypes.unsupported(self.dtype)
 
@@ -144,22 +178,33 @@ class ShapedArray:
   size = property(lambda self: int(np.prod(self.shape, dtype=int)))
 
   def str_short(self) -> str:
-    return f"{dtype_short(self.dtype)}[{','.join(map(str, self.shape))}]"
+    dims = list(map(str, self.shape))
+    if self.sharding is not None:   # `16@data`: the mesh axes splitting a dimension
+      for d, axes in enumerate(self.sharding.spec.normalized(self.ndim)):
+        if axes:
+          dims[d] += "@" + (axes[0] if len(axes) == 1 else f"({','.join(axes)})")
+    vma = sorted(self.vma)
+    vma = "" if not vma else "{V:" + (vma[0] if len(vma) == 1 else f"({','.join(vma)})") + "}"
+    return f"{dtype_short(self.dtype)}[{','.join(dims)}]{vma}"
 
-  def update(self, shape=None, dtype=None, weak_type=None) -> "ShapedArray":
+  def update(self, shape=None, dtype=None, weak_type=None, sharding=_keep,
+             vma=None) -> "ShapedArray":
     return ShapedArray(self.shape if shape is None else shape,
                        self.dtype if dtype is None else dtype,
-                       self.weak_type if weak_type is None else weak_type)
+                       self.weak_type if weak_type is None else weak_type,
+                       self.sharding if sharding is _keep else sharding,
+                       self.vma if vma is None else frozenset(vma))
 
   def _bool(self, tracer):
     raise ConcretizationError(tracer)
 
   def __hash__(self):
-    return hash((self.shape, self.dtype, self.weak_type))
+    return hash((self.shape, self.dtype, self.weak_type, self.sharding, self.vma))
 
   def __eq__(self, other):
     return (isinstance(other, ShapedArray) and self.shape == other.shape
-            and self.dtype == other.dtype and self.weak_type == other.weak_type)
+            and self.dtype == other.dtype and self.weak_type == other.weak_type
+            and self.sharding == other.sharding and self.vma == other.vma)
 
   def __repr__(self):
     weak = ", weak_type=True" if self.weak_type else ""
@@ -175,6 +220,7 @@ class ConcreteArray(ShapedArray):
             or getattr(val, "weak_type", False))
     self.shape, self.weak_type = np.shape(val), weak
     self.dtype = dtypes.check(np.result_type(val))
+    self.sharding, self.vma = getattr(getattr(val, "aval", None), "sharding", None), frozenset()
     self.val = val
 
   def _bool(self, tracer):
@@ -188,13 +234,19 @@ class ConcreteArray(ShapedArray):
 
 
 def raise_to_shaped(aval: ShapedArray) -> ShapedArray:
-  return ShapedArray(aval.shape, aval.dtype, aval.weak_type)
+  if not isinstance(aval, ShapedArray):   # another kind of type (a Ref's) is kept
+    return aval
+  return ShapedArray(aval.shape, aval.dtype, aval.weak_type, aval.sharding, aval.vma)
 
 
 # Types that are arrays for us, besides Tracers. Later parts add device arrays.
 array_types: set = {bool, int, float, np.ndarray, np.bool_, np.float16,
                     np.float32, np.float64, np.int8, np.int16, np.int32,
                     np.int64, np.uint8, np.uint16, np.uint32, np.uint64}
+
+
+# `aval_rules[type](x)`: the type of a value that is not an array (a Ref).
+aval_rules: dict = {}
 
 
 def is_array(x) -> bool:
@@ -204,6 +256,9 @@ def is_array(x) -> bool:
 def get_aval(x) -> ShapedArray:
   if isinstance(x, Tracer):
     return x.aval
+  rule = aval_rules.get(type(x))
+  if rule is not None:
+    return rule(x)
   if type(x) in array_types:
     return ConcreteArray(x)
   raise UnsupportedTypeError(x)

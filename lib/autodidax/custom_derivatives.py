@@ -943,5 +943,31 @@ ad.transpose_rules[custom_lin_p] = _custom_lin_transpose
 pp_params_rules[custom_lin_p] = _pp_custom_lin
 
 
+# --- closure_convert: a closure's tracers as explicit arguments ---------------------------------
+
+def closure_convert(fun, *example_args):
+  """`fun`, for arguments like `example_args`, with the tracers it closes
+  over hoisted into arguments of their own, as `jax.closure_convert`:
+  returns `(converted, hoisted)`, and `converted(*args, *hoisted)` is
+  `fun(*args)`. Pass `hoisted` to a custom function explicitly, and its rule
+  can give them tangents (a closed-over value can't have one)."""
+  from .control_flow.common import trace_tree
+  flat, in_tree = tree_flatten(example_args)
+  jaxpr, consts, out_tree = trace_tree(fun, in_tree, [shaped_abstractify(x) for x in flat])
+  is_hoisted = [isinstance(c, Tracer) for c in consts]
+  hoisted = [c for c, h in zip(consts, is_hoisted) if h]
+
+  def converted(*args_and_hoisted):
+    split = len(args_and_hoisted) - len(hoisted)
+    given = iter(args_and_hoisted[split:])
+    values = [next(given) if h else c for c, h in zip(consts, is_hoisted)]
+    args_flat, tree = tree_flatten(args_and_hoisted[:split])
+    if tree != in_tree:
+      raise TypeError(f"closure_convert: the converted function takes arguments shaped "
+                      f"like the examples, {in_tree}, then the hoisted values; got {tree}")
+    return tree_unflatten(out_tree, eval_jaxpr(jaxpr, [], *values, *args_flat))
+  return converted, hoisted
+
+
 def __getattr__(name):   # a name of jax.custom_derivatives not here
   raise lax.not_in_autodidax("jax.custom_derivatives", name)

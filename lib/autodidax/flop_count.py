@@ -55,7 +55,7 @@ def _reduce_flops(avals_in, avals_out, **_):
   return _size(avals_in[0]) - _size(avals_out[0])
 
 
-def _dot_general_flops(avals_in, avals_out, *, dimension_numbers):
+def _dot_general_flops(avals_in, avals_out, *, dimension_numbers, out_sharding=None):
   (lc, _), _ = dimension_numbers
   x = avals_in[0]
   contract = int(np.prod([x.shape[i] for i in lc], dtype=int))

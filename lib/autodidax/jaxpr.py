@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .core import (MissingRuleError, Primitive, ShapedArray, abstract_eval_rules,
+from .core import (MissingRuleError, Primitive, ShapedArray, abstract_eval,
                    get_aval, raise_to_shaped)
 
 
@@ -62,12 +62,22 @@ class Jaxpr:
   """`constvars` and `invars` are both inputs; constvars are, by convention,
   bound to the constants a ClosedJaxpr carries."""
 
-  def __init__(self, constvars, invars, eqns, outvars):
+  def __init__(self, constvars, invars, eqns, outvars, effects=None):
     self.constvars, self.invars = list(constvars), list(invars)
     self.eqns, self.outvars = list(eqns), list(outvars)
+    # Declared effects (checked by typecheck_jaxpr); by default, the equations'.
+    self._effects = None if effects is None else frozenset(effects)
 
   in_avals = property(lambda self: [v.aval for v in self.invars])
   out_avals = property(lambda self: [x.aval for x in self.outvars])
+
+  @property
+  def effects(self) -> frozenset:
+    """What running the jaxpr does besides computing (autodidax.effects)."""
+    if self._effects is not None:
+      return self._effects
+    from .effects import jaxpr_effects
+    return jaxpr_effects(self)
 
   def __repr__(self):
     return pp_jaxpr(self)
@@ -88,6 +98,7 @@ class ClosedJaxpr:
   in_avals = property(lambda self: self.jaxpr.in_avals)
   out_avals = property(lambda self: self.jaxpr.out_avals)
   eqns = property(lambda self: self.jaxpr.eqns)
+  effects = property(lambda self: self.jaxpr.effects)
 
   def __call__(self, *args):
     return eval_jaxpr(self.jaxpr, self.consts, *args)
@@ -139,7 +150,7 @@ def typecheck_jaxpr(jaxpr: Jaxpr) -> JaxprType:
     where = _Where(eqn, names)   # printed only if there is an error
     in_types = [typecheck_atom(env, x, names, where) for x in eqn.inputs]
     try:
-      out_types = abstract_eval_rules[eqn.primitive](*in_types, **eqn.params)
+      out_types = abstract_eval(eqn.primitive, in_types, eqn.params)
     except MissingRuleError:
       raise
     except Exception as e:
@@ -159,7 +170,18 @@ def typecheck_jaxpr(jaxpr: Jaxpr) -> JaxprType:
     for v in eqn.out_binders:
       bind_var(v, where)
   out_types = [typecheck_atom(env, x, names, "in the outputs") for x in jaxpr.outvars]
+  _check_effects(jaxpr)
   return JaxprType([v.aval for v in jaxpr.invars], out_types)
+
+
+def _check_effects(jaxpr: Jaxpr):
+  """Declared effects (autodidax.effects) must cover the equations'."""
+  if jaxpr._effects is not None:
+    from .effects import jaxpr_effects
+    missing = jaxpr_effects(jaxpr) - jaxpr._effects
+    if missing:
+      raise JaxprTypeError(f"the equations have effects {sorted(map(repr, missing))} "
+                           f"that the jaxpr doesn't declare ({set(jaxpr._effects) or '{}'})")
 
 
 class _Where:
@@ -216,6 +238,7 @@ class VarNames:
 
   def __init__(self):
     self._names: dict = {}
+    self.used: set = set()   # the variables read (pp_jaxpr fills it in)
 
   def __getitem__(self, v: Var) -> str:
     if v not in self._names:
@@ -287,8 +310,15 @@ def eqn_params(eqn: JaxprEqn) -> list:
   return rule(eqn.params) if rule is not None else sorted(eqn.params.items())
 
 
+# `pp_eqn_rules[prim](eqn, names, pp_atom) -> str`: a primitive that prints
+# its own way (a Ref's reads and writes: `c:f32[] <- b[...]`).
+pp_eqn_rules: dict = {}
+
+
 def pp_eqn(eqn: JaxprEqn, names: VarNames, indent: int = 4) -> str:
   """One equation. Params holding jaxprs go one per line, as JAX prints them."""
+  if eqn.primitive in pp_eqn_rules:
+    return pp_eqn_rules[eqn.primitive](eqn, names, lambda x: _pp_atom(x, names))
   lhs = " ".join(f"{names[v]}:{v.aval.str_short()}" for v in eqn.out_binders)
   args = " ".join(_pp_atom(x, names) for x in eqn.inputs)
   items = eqn_params(eqn)
@@ -300,7 +330,8 @@ def pp_eqn(eqn: JaxprEqn, names: VarNames, indent: int = 4) -> str:
   else:
     params = " ".join(f"{k}={pp_param(v, names, indent)}" for k, v in items)
     params = f"[{params}]" if params else ""
-  return f"{lhs} = {eqn.primitive.name}{params} {args}"
+  lhs = f"{lhs} = " if lhs else ""   # an equation for its effect only binds nothing
+  return f"{lhs}{eqn.primitive.name}{params} {args}"
 
 
 def pp_jaxpr(jaxpr: Jaxpr, width: int = 80, indent: int = 0, names: VarNames | None = None,
@@ -309,6 +340,8 @@ def pp_jaxpr(jaxpr: Jaxpr, width: int = 80, indent: int = 0, names: VarNames | N
   line. `indent` is the indentation of nested jaxprs' lines, `column` the
   column the jaxpr starts at (after a `key=`; by default, `indent`)."""
   names = names or VarNames()
+  names.used.update(x for e in jaxpr.eqns for x in e.inputs if type(x) is Var)
+  names.used.update(x for x in jaxpr.outvars if type(x) is Var)
   binders = lambda vs: " ".join(f"{names[v]}:{v.aval.str_short()}" for v in vs)
   head = f"{{ lambda {binders(jaxpr.constvars)}; {binders(jaxpr.invars)}. let"
   eqns = [pp_eqn(e, names, indent + 4) for e in jaxpr.eqns]

@@ -501,7 +501,7 @@ def _broadcast_impl(x, *, shape, axes):
 impl_rules[broadcast_p] = _broadcast_impl
 impl_rules[transpose_p] = lambda x, *, permutation: python_scalar(
     np.transpose(supported(np.asarray(x)), permutation), x)
-impl_rules[reshape_p] = lambda x, *, new_sizes: python_scalar(
+impl_rules[reshape_p] = lambda x, *, new_sizes, out_sharding=None: python_scalar(
     np.reshape(supported(np.asarray(x)), new_sizes), x)
 
 
@@ -576,14 +576,24 @@ def transpose(x, permutation):
   return transpose_p.bind(x, permutation=permutation)
 
 
-def reshape(x, new_sizes):
+def reshape(x, new_sizes, out_sharding=None):
+  """`out_sharding` (on Explicit axes): the result's sharding, where the
+  operand's layout can't be carried over (the chapter Many devices)."""
   new_sizes = tuple(int(d) for d in new_sizes)
   if math.prod(new_sizes) != math.prod(np.shape(x)):   # math.prod: fast on ints
     raise ShapeError(f"reshape: can't reshape {np.shape(x)} to {new_sizes}: "
                      "the number of elements differs")
+  if out_sharding is not None:
+    return reshape_p.bind(x, new_sizes=new_sizes,
+                          out_sharding=_named(out_sharding, "reshape"))
   if new_sizes == np.shape(x):   # (no no-op equation)
     return supported(x)
   return reshape_p.bind(x, new_sizes=new_sizes)
+
+
+def _named(sharding, what):
+  from .sharding_rules import canonicalize_sharding
+  return canonicalize_sharding(sharding, what)
 
 
 def convert_element_type(x, new_dtype, weak_type: bool = False):
@@ -879,7 +889,7 @@ def _cumsum_abstract_eval(x, *, axis, reverse):
 abstract_eval_rules[cumsum_p] = _cumsum_abstract_eval
 
 
-def _reshape_abstract_eval(x, *, new_sizes):
+def _reshape_abstract_eval(x, *, new_sizes, out_sharding=None):
   if math.prod(new_sizes) != math.prod(x.shape):
     raise ShapeError(f"reshape: can't reshape {x.str_short()} to {new_sizes}")
   return ShapedArray(new_sizes, x.dtype, x.weak_type)
@@ -1004,7 +1014,7 @@ def _dot_free_axes(ndim, contracting, batch):
   return [i for i in range(ndim) if i not in contracting and i not in batch]
 
 
-def _dot_general_impl(x, y, *, dimension_numbers):
+def _dot_general_impl(x, y, *, dimension_numbers, out_sharding=None):
   (lc, rc), (lb, rb) = dimension_numbers
   dtype, _ = dot_dtype(OperandType.of(x), OperandType.of(y))
   x, y = np.asarray(x, dtype), np.asarray(y, dtype)
@@ -1034,13 +1044,18 @@ def _canonical_dimension_numbers(dimension_numbers, x_ndim, y_ndim):
   return ((fix(lc, x_ndim), fix(rc, y_ndim)), (fix(lb, x_ndim), fix(rb, y_ndim)))
 
 
-def dot_general(x, y, dimension_numbers):
-  """Contract `x` and `y` over the given axes, batching over others."""
+def dot_general(x, y, dimension_numbers, out_sharding=None):
+  """Contract `x` and `y` over the given axes, batching over others.
+  `out_sharding` (on Explicit axes): the result's sharding, which a
+  contraction over dimensions both operands split needs."""
   dn = _canonical_dimension_numbers(dimension_numbers, np.ndim(x), np.ndim(y))
+  if out_sharding is not None:
+    return dot_general_p.bind(x, y, dimension_numbers=dn,
+                              out_sharding=_named(out_sharding, "dot_general"))
   return dot_general_p.bind(x, y, dimension_numbers=dn)
 
 
-def _dot_general_abstract_eval(x, y, *, dimension_numbers):
+def _dot_general_abstract_eval(x, y, *, dimension_numbers, out_sharding=None):
   (lc, rc), (lb, rb) = dimension_numbers
   if len(lc) != len(rc) or len(lb) != len(rb):
     raise ShapeError(f"dot_general: dimension_numbers {dimension_numbers} pair up "

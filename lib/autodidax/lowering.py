@@ -93,6 +93,9 @@ class Module:
     # number of partitions) and a header (the device mesh).
     self.attributes: list[str] = []
     self.header: list[str] = []
+    # Python functions the program calls back (autodidax.callback): the
+    # custom call's `index` is a position here; they go to runtime.compile.
+    self.host_callbacks: list = []
 
   def private_function(self, jaxpr: Jaxpr, name: str) -> str:
     """Lower `jaxpr` once as a private function; returns its symbol."""
@@ -118,6 +121,7 @@ class LoweringContext:
     self._counter = counter if counter is not None else [0]
     self.avals_in: list = []
     self.avals_out: list = []
+    self.token: str | None = None   # the latest ordered effect's (autodidax.callback)
 
   def fresh(self) -> str:
     self._counter[0] += 1
@@ -189,15 +193,33 @@ def lower_jaxpr_body(ctx: LoweringContext, jaxpr: Jaxpr, env: dict) -> list[str]
     if not eqn.primitive.multiple_results:
       outs = [outs]
     for v, name in zip(eqn.out_binders, outs):
-      env[v] = name
+      env[v] = name if v.aval.sharding is None else sharding_constraint(ctx, name, v.aval)
   return [read(x) for x in jaxpr.outvars]
+
+
+def sharding_constraint(ctx, x: str, aval) -> str:
+  """A result whose type has a sharding (Explicit axes): the partitioner must
+  give it that layout, `sdy.sharding_constraint %x <@mesh, [{"data"}, {}]>`."""
+  if getattr(ctx.module, "mesh", None) is None:
+    return x
+  out = ctx.fresh()
+  dims = ", ".join("{" + ", ".join(f'"{a}"' for a in axes) + "}"
+                   for axes in aval.sharding.spec.normalized(aval.ndim))
+  ctx.emit(f"{out} = sdy.sharding_constraint {x} <@mesh, [{dims}]> : {mlir_type(aval)}",
+           result=False)
+  return out
 
 
 def lower_jaxpr(jaxpr: Jaxpr, name: str = "jit_fun") -> str:
   """The module for a jaxpr: its constvars and invars become @main's arguments."""
+  return lower_module(jaxpr, name).text()
+
+
+def lower_module(jaxpr: Jaxpr, name: str = "jit_fun") -> Module:
+  """`lower_jaxpr`'s Module, with the host callbacks its text calls."""
   module = Module(name)
   module.functions.append(lower_function(module, jaxpr, "main", public=True))
-  return module.text()
+  return module
 
 
 # --- Rules ---------------------------------------------------------------------------------------
@@ -348,7 +370,7 @@ def _transpose_lowering(ctx, x, *, permutation):
                   f"({mlir_type(aval)}) -> {mlir_type(out)}")
 
 
-def _reshape_lowering(ctx, x, *, new_sizes):
+def _reshape_lowering(ctx, x, *, new_sizes, out_sharding=None):
   (aval,), (out,) = ctx.avals_in, ctx.avals_out
   return ctx.emit(f"stablehlo.reshape {x} : ({mlir_type(aval)}) -> {mlir_type(out)}")
 
@@ -370,7 +392,7 @@ lowering_rules[lax.reshape_p] = _reshape_lowering
 lowering_rules[lax.convert_element_type_p] = _convert_lowering
 
 
-def _dot_general_lowering(ctx, x, y, *, dimension_numbers):
+def _dot_general_lowering(ctx, x, y, *, dimension_numbers, out_sharding=None):
   (lc, rc), (lb, rb) = dimension_numbers
   ax, ay = ctx.avals_in
   dtype, _ = lax.dot_dtype(ax, ay)

@@ -617,7 +617,7 @@ def transpose(x, axes=None):
   return lax.transpose(x, axes)
 
 
-def reshape(x, newshape):
+def reshape(x, newshape, *, out_sharding=None):
   newshape = (newshape,) if isinstance(newshape, int) else tuple(newshape)
   if newshape.count(-1) > 1:
     raise ValueError(f"reshape: can only specify one unknown dimension (-1), got {newshape}")
@@ -625,7 +625,7 @@ def reshape(x, newshape):
     known = math.prod(d for d in newshape if d != -1)
     newshape = tuple(_np.size(x) // builtins.max(known, 1) if d == -1 else d
                      for d in newshape)
-  return lax.reshape(x, newshape)
+  return lax.reshape(x, newshape, out_sharding)
 
 
 def ravel(x):
@@ -651,31 +651,32 @@ def squeeze(x, axis=None):
   return lax.squeeze(x, (axis,) if isinstance(axis, (int, _np.integer)) else axis)
 
 
-def dot(a, b):
-  """NumPy's dot: contract the last axis of `a` with the second-to-last of `b`."""
+def dot(a, b, *, out_sharding=None):
+  """NumPy's dot: contract the last axis of `a` with the second-to-last of `b`.
+  `out_sharding`, as in JAX: the result's sharding on Explicit axes."""
   a, b = _promote(a, b)
   if _np.ndim(a) == 0 or _np.ndim(b) == 0:
     return multiply(a, b)
   rc = 0 if _np.ndim(b) == 1 else _np.ndim(b) - 2
-  return lax.dot_general(a, b, (((_np.ndim(a) - 1,), (rc,)), ((), ())))
+  return lax.dot_general(a, b, (((_np.ndim(a) - 1,), (rc,)), ((), ())), out_sharding)
 
 
-def matmul(a, b):
+def matmul(a, b, *, out_sharding=None):
   """`a @ b`: like dot, but leading axes of stacked matrices are batch axes."""
   a, b = _promote(a, b)
   na, nb = _np.ndim(a), _np.ndim(b)
   if na == 0 or nb == 0:
     raise ValueError("matmul: operands must not be scalars; use multiply")
   if nb <= 2:
-    return dot(a, b)
+    return dot(a, b, out_sharding=out_sharding)
   batch_shape = _np.broadcast_shapes(_np.shape(a)[:-2], _np.shape(b)[:-2])
   if na == 1:   # a vector times a stack of matrices: (k,) @ (..., k, m)
-    return lax.dot_general(a, b, (((0,), (nb - 2,)), ((), ())))
+    return lax.dot_general(a, b, (((0,), (nb - 2,)), ((), ())), out_sharding)
   a = broadcast_to(a, (*batch_shape, *_np.shape(a)[-2:]))
   b = broadcast_to(b, (*batch_shape, *_np.shape(b)[-2:]))
   nbatch = len(batch_shape)
   batch = tuple(range(nbatch))
-  return lax.dot_general(a, b, (((nbatch + 1,), (nbatch,)), (batch, batch)))
+  return lax.dot_general(a, b, (((nbatch + 1,), (nbatch,)), (batch, batch)), out_sharding)
 
 
 # --- Indexing ------------------------------------------------------------------------------

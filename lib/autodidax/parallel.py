@@ -394,20 +394,8 @@ for _p in (psum_p, all_gather_p, psum_scatter_p, ppermute_p):
   ad.jvp_rules[_p] = ad.linear_jvp(_p)
 
 
-def _pmax_jvp(prim):
-  """The tangent flows from the elements that hold the extreme value, split
-  evenly among ties (as reduce_max's does). JAX has no rule for this."""
-  def rule(primals, tangents, *, axes):
-    (x,), (t,) = primals, tangents
-    out = prim.bind(x, axes=axes)
-    hit = lax.convert_element_type(lax.eq(x, out), np.result_type(x))
-    t = lax.div(psum_p.bind(lax.mul(t, hit), axes=axes), psum_p.bind(hit, axes=axes))
-    return out, t
-  return rule
-
-
-ad.jvp_rules[pmax_p] = _pmax_jvp(pmax_p)
-ad.jvp_rules[pmin_p] = _pmax_jvp(pmin_p)
+# pmax and pmin are not linear, and JAX 0.10 gives them no derivative: like
+# JAX, autodidax has no JVP rule for them (grad raises, naming the primitive).
 
 
 def _psum_transpose(ct, x, *, axes):

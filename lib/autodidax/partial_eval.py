@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .core import (Primitive, ShapedArray, Trace, Tracer, abstract_eval_rules,
+from .core import (Primitive, ShapedArray, Trace, Tracer, abstract_eval,
                    current_design, full_lower, full_raise, get_aval, levels,
                    new_dynamic, new_main, raise_to_shaped)
 from .jaxpr import (ClosedJaxpr, Jaxpr, JaxprEqn, JaxprTypeError, Lit, Var, as_shaped,
@@ -48,7 +48,7 @@ class DynamicJaxprTrace(Trace):
 
   def process_primitive(self, primitive, tracers, params):
     # This runs once per staged equation, so it is kept lean.
-    avals_out = abstract_eval_rules[primitive](*[t.aval for t in tracers], **params)
+    avals_out = abstract_eval(primitive, [t.aval for t in tracers], params)
     if not primitive.multiple_results:
       avals_out = [avals_out]
     out_tracers = [DynamicJaxprTracer(self, as_shaped(a)) for a in avals_out]
@@ -232,7 +232,7 @@ class PartialEvalTrace(Trace):
     if rule is not None:
       return rule(self, tracers, **params)
     tracers_in = [self.instantiate_const(t) for t in tracers]
-    avals_out = abstract_eval_rules[primitive](*(t.aval for t in tracers_in), **params)
+    avals_out = abstract_eval(primitive, [t.aval for t in tracers_in], params)
     if not primitive.multiple_results:
       avals_out = [avals_out]
     return self.stage(primitive, tracers_in, params, avals_out)
@@ -256,7 +256,7 @@ def partial_eval_by_jaxpr_rule(trace, prim: Primitive, tracers, params):
   writes its split once: split a jaxpr of one equation, bind the known
   equation now, and stage the unknown one."""
   ins = [Var(raise_to_shaped(t.aval)) for t in tracers]
-  avals = abstract_eval_rules[prim](*[v.aval for v in ins], **params)
+  avals = abstract_eval(prim, [v.aval for v in ins], params)
   outs = [Var(as_shaped(a))
           for a in (avals if prim.multiple_results else [avals])]
   eqn1, eqn2, _, _ = partial_eval_jaxpr_rules[prim](

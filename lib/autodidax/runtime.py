@@ -113,6 +113,7 @@ class Executable:
 
   def __init__(self, loaded, platform: str):
     self._loaded, self.platform = loaded, platform
+    self.callback_errors: list = []   # what host callbacks raised (see `compile`)
     self.in_avals = self.out_avals = None   # xla.compile_jaxpr fills them in
 
   def execute(self, buffers: list) -> list:
@@ -121,8 +122,15 @@ class Executable:
     No x64 switch is needed here: the buffers carry their dtypes, and the
     outputs get the executable's (float64 stays float64).
     """
-    results = self._loaded.execute_sharded(buffers)
-    return [outs[0] for outs in results.disassemble_into_single_device_arrays()]
+    try:
+      results = self._loaded.execute_sharded(buffers)
+      return [outs[0] for outs in results.disassemble_into_single_device_arrays()]
+    except Exception:
+      if self.callback_errors:   # a host callback raised: that error, not XLA's
+        error = self.callback_errors.pop()
+        self.callback_errors.clear()
+        raise error
+      raise
 
   def hlo_text(self) -> str:
     """XLA's optimized HLO, after fusion and the other passes."""
@@ -153,14 +161,50 @@ class MemoryStats(NamedTuple):
             - self.alias_size_in_bytes + self.temp_size_in_bytes)
 
 
-def compile(stablehlo_text: str, platform: str | None = None) -> Executable:
-  """Compile a StableHLO module, given as MLIR text, for one device."""
+def compile(stablehlo_text: str, platform: str | None = None,
+            host_callbacks=()) -> Executable:
+  """Compile a StableHLO module, given as MLIR text, for one device.
+
+  `host_callbacks[i]` is the Python function that the module's custom call
+  `callback_target(platform)` with `index = i` runs (autodidax.callback writes them)."""
   _, _, xc = _jax()
   platform = platform or default_platform()
   c = client(platform)
-  loaded = c.compile_and_load(stablehlo_text, xc.DeviceList((device(platform),)),
-                              xc.CompileOptions())
-  return Executable(loaded, platform)
+  devices, errors = xc.DeviceList((device(platform),)), []
+  if host_callbacks:   # this overload takes a parsed MLIR module
+    from jax._src.interpreters import mlir
+    from jaxlib.mlir import ir
+    with mlir.make_ir_context():
+      loaded = c.compile_and_load(ir.Module.parse(stablehlo_text), devices,
+                                  xc.CompileOptions(),
+                                  host_callbacks=[_guarded(f, errors) for f in host_callbacks])
+  else:
+    loaded = c.compile_and_load(stablehlo_text, devices, xc.CompileOptions())
+  exe = Executable(loaded, platform)
+  exe.callback_errors = errors
+  return exe
+
+
+# --- Host callbacks ---------------------------------------------------------------------------
+# jaxlib registers an XLA FFI handler that calls back into Python: the custom
+# call names the handler, its `index` picks one of the functions handed to
+# `compile`. The function gets NumPy arrays and returns a tuple of them.
+
+def callback_target(platform: str | None = None) -> str:
+  device = "gpu" if (platform or default_platform()) in ("gpu", "cuda", "rocm") else "cpu"
+  return f"xla_ffi_python_{device}_callback"
+
+
+def _guarded(fn, errors: list):
+  """`fn`, recording what it raises: XLA reports only a text, and the
+  executable re-raises the callback's own error, traceback and all."""
+  def call(*args):
+    try:
+      return fn(*args)
+    except BaseException as e:
+      errors.append(e)
+      raise
+  return call
 
 
 def verify(stablehlo_text: str) -> None:

@@ -13,13 +13,15 @@ JAX keeps these in jax/_src/mesh.py, sharding_impls.py and array.py.
 """
 from __future__ import annotations
 
+import enum
 import math
+from contextlib import contextmanager
 from typing import NamedTuple
 
 import numpy as np
 
 from . import runtime
-from .core import ShapedArray, array_types, get_aval, raise_to_shaped
+from .core import Primitive, ShapedArray, array_types, get_aval, raise_to_shaped
 from .tree_util import tree_flatten, tree_unflatten
 from .xla import Array
 
@@ -58,10 +60,25 @@ def device_count(backend: str | None = None) -> int:
 _all_devices = devices   # make_mesh's `devices` argument hides the function
 
 
-class Mesh:
-  """Devices arranged as an n-dimensional grid whose axes have names."""
+class AxisType(enum.Enum):
+  """Who decides the layouts along a mesh axis. Explicit: the types do (an
+  array's type says how the axis splits it, and each operation's sharding
+  rule says how its result is split). Auto: XLA's partitioner does, from
+  the layouts of the inputs and outputs. Manual: the program does, per
+  device (inside shard_map)."""
+  Auto = "Auto"
+  Explicit = "Explicit"
+  Manual = "Manual"
 
-  def __init__(self, devices, axis_names):
+  def __repr__(self):
+    return self.name
+
+
+class Mesh:
+  """Devices arranged as an n-dimensional grid whose axes have names, each
+  with a type (AxisType.Auto unless given, as in jax.sharding.Mesh)."""
+
+  def __init__(self, devices, axis_names, axis_types=None):
     self.devices = np.asarray(devices, dtype=object)
     self.axis_names = tuple(axis_names)
     if self.devices.ndim != len(self.axis_names):
@@ -69,6 +86,20 @@ class Mesh:
                        f"{self.devices.ndim}-dimensional grid of devices")
     if len(set(self.axis_names)) != len(self.axis_names):
       raise ValueError(f"Mesh: repeated axis names {self.axis_names}")
+    if axis_types is None:
+      axis_types = (AxisType.Auto,) * len(self.axis_names)
+    self.axis_types = tuple(axis_types)
+    if len(self.axis_types) != len(self.axis_names):
+      raise ValueError(f"Mesh: {len(self.axis_types)} axis types for the axes "
+                       f"{self.axis_names}")
+    if AxisType.Explicit in self.axis_types and AxisType.Auto in self.axis_types:
+      raise NotImplementedError(
+          f"Mesh: axes {self.axis_names} mix Explicit and Auto types "
+          f"{self.axis_types}. JAX allows it; autodidax doesn't build it: make "
+          "every axis Explicit (the default of make_mesh) or every axis Auto.")
+
+  explicit_axes = property(lambda self: tuple(
+      n for n, t in zip(self.axis_names, self.axis_types) if t is AxisType.Explicit))
 
   shape = property(lambda self: dict(zip(self.axis_names, self.devices.shape)))
   axis_sizes = property(lambda self: tuple(self.devices.shape))
@@ -76,7 +107,8 @@ class Mesh:
   device_list = property(lambda self: list(self.devices.flat))   # in mesh order
 
   def _key(self):
-    return self.axis_names, tuple(d.id for d in self.devices.flat), self.devices.shape
+    return (self.axis_names, tuple(d.id for d in self.devices.flat), self.devices.shape,
+            self.axis_types)
 
   def __eq__(self, other):
     return isinstance(other, Mesh) and self._key() == other._key()
@@ -86,12 +118,13 @@ class Mesh:
 
   def __repr__(self):
     axes = ", ".join(f"{n!r}: {s}" for n, s in self.shape.items())
-    return f"Mesh({axes})"
+    return f"Mesh({axes}, axis_types={self.axis_types})"
 
 
-def make_mesh(axis_shapes, axis_names, *, devices=None) -> Mesh:
+def make_mesh(axis_shapes, axis_names, axis_types=None, *, devices=None) -> Mesh:
   """A mesh of the first prod(axis_shapes) devices, in order: device k sits
-  at the grid position of k in row-major order."""
+  at the grid position of k in row-major order. Its axes are Explicit unless
+  `axis_types` says otherwise, as in JAX 0.10."""
   axis_shapes, n = tuple(axis_shapes), math.prod(axis_shapes)
   devs = list(devices) if devices is not None else _all_devices()
   if len(devs) < n:
@@ -100,7 +133,34 @@ def make_mesh(axis_shapes, axis_names, *, devices=None) -> Mesh:
         f"there are {len(devs)}. On CPU, set XLA_FLAGS=--xla_force_host_platform_"
         f"device_count={n} before anything starts the XLA runtime (at the top of a "
         "notebook, or in the environment).")
-  return Mesh(np.array(devs[:n], dtype=object).reshape(axis_shapes), axis_names)
+  if axis_types is None:
+    axis_types = (AxisType.Explicit,) * len(axis_shapes)
+  return Mesh(np.array(devs[:n], dtype=object).reshape(axis_shapes), axis_names,
+              axis_types)
+
+
+_context_mesh: list = []   # set_mesh's stack
+
+
+class set_mesh:
+  """`with set_mesh(mesh):` makes `mesh` the context mesh, which lets a bare
+  PartitionSpec stand for a NamedSharding on it (reshard, out_sharding=).
+  Called without `with`, it sets the mesh for good (as JAX's does)."""
+
+  def __init__(self, mesh: Mesh):
+    self.mesh, self.prev = mesh, list(_context_mesh)
+    _context_mesh[:] = [mesh]
+
+  def __enter__(self):
+    return self.mesh
+
+  def __exit__(self, *exc):
+    _context_mesh[:] = self.prev
+
+
+def get_mesh():
+  """The context mesh (set_mesh's), or None."""
+  return _context_mesh[-1] if _context_mesh else None
 
 
 # --- Partition specs and shardings -------------------------------------------------------------
@@ -191,8 +251,32 @@ class NamedSharding:
     return (isinstance(other, NamedSharding) and self.mesh == other.mesh
             and self.spec.normalized(ndim) == other.spec.normalized(ndim))
 
+  def _key(self):   # the spec without its trailing Nones
+    parts = [self.spec.axes_of(d) for d in range(len(self.spec))]
+    while parts and not parts[-1]:
+      parts.pop()
+    return self.mesh, tuple(parts)
+
+  def __eq__(self, other):
+    return type(other) is type(self) and self._key() == other._key()
+
+  def __hash__(self):
+    return hash(self._key())
+
   def __repr__(self):
     return f"NamedSharding(mesh={self.mesh!r}, spec={self.spec!r})"
+
+
+def type_sharding(sharding):
+  """The part of a layout that an array's type carries: its Explicit axes
+  (None on a mesh without any, where the partitioner decides)."""
+  if not isinstance(sharding, NamedSharding) or not sharding.mesh.explicit_axes:
+    return None
+  explicit = sharding.mesh.explicit_axes
+  parts = [tuple(a for a in sharding.spec.axes_of(d) if a in explicit)
+           for d in range(len(sharding.spec))]
+  return NamedSharding(sharding.mesh, P(*[None if not p else p[0] if len(p) == 1 else p
+                                          for p in parts]))
 
 
 class SingleDeviceSharding:
@@ -232,7 +316,7 @@ class ShardedArray(Array):
 
   def __init__(self, shards: list, aval: ShapedArray, sharding: NamedSharding,
                platform: str):
-    super().__init__(None, aval, platform)
+    super().__init__(None, aval.update(sharding=type_sharding(sharding)), platform)
     self._shards, self.sharding = list(shards), sharding
 
   def __array__(self, dtype=None, copy=None):
@@ -251,7 +335,7 @@ class ShardedArray(Array):
 
   @property
   def addressable_shards(self) -> list[Shard]:
-    shard_aval = self.aval.update(shape=self.sharding.shard_shape(self.shape))
+    shard_aval = self.aval.update(shape=self.sharding.shard_shape(self.shape), sharding=None)
     seen: dict = {}
     out = []
     for buf, (dev, index) in zip(self._shards, self._indices()):
@@ -327,3 +411,21 @@ def device_put(x, device=None):
   device.spec.padded(aval.ndim)   # checks the rank
   return ShardedArray(shards_for(x, device, aval), aval, device,
                       device.mesh.devices.flat[0].platform)
+
+
+# --- Changing an array's layout ---------------------------------------------------------------
+
+reshard_p = Primitive("reshard")   # its rules: autodidax.sharding_rules
+
+
+def reshard(x, out_shardings):
+  """`x` laid out anew: `out_shardings` is a NamedSharding, or a PartitionSpec
+  on the context mesh (set_mesh). On Explicit axes, the new layout is part
+  of the result's type; XLA moves the data (all-gather, all-to-all, ...)."""
+  from .sharding_rules import canonicalize_sharding
+  leaves, tree = tree_flatten(x)
+  if tree.node_type is not None:
+    return tree_unflatten(tree, [reshard(v, out_shardings) for v in leaves])
+  sharding = canonicalize_sharding(out_shardings, "reshard")
+  sharding.spec.padded(np.ndim(x))   # checks the rank
+  return reshard_p.bind(x, sharding=sharding)

@@ -223,7 +223,10 @@ def specialize(jitted, traced, dyn_args) -> None:
   from .tree_util import broadcast_prefix, tree_unflatten
   declared = [s for s in (jitted.in_shardings, jitted.out_shardings) if s is not None]
   leaves = [x for tree in declared for x in _leaves(tree)]
-  mesh = leaves[0].mesh if leaves else find_mesh(traced.jaxpr)
+  typed = [a.sharding for a in (*traced.jaxpr.in_avals, *traced.jaxpr.out_avals)
+           if a.sharding is not None]   # Explicit axes: the types say where
+  mesh = (leaves[0].mesh if leaves else typed[0].mesh if typed
+          else find_mesh(traced.jaxpr))
   if mesh is None:
     return
   n_consts = len(traced.jaxpr.invars) - len(_flat(dyn_args))
@@ -234,7 +237,7 @@ def specialize(jitted, traced, dyn_args) -> None:
       tree = (*tree, *[None] * (len(dyn_args) - len(tree)))
     ins = broadcast_prefix(tree if isinstance(tree, (tuple, list)) or isinstance(
         tree, NamedSharding) else tree, tuple(dyn_args), "jit in_shardings")
-  outs = [None] * len(traced.jaxpr.outvars)
+  outs = [a.sharding for a in traced.jaxpr.out_avals]   # None unless Explicit
   if jitted.out_shardings is not None:
     skeleton = tree_unflatten(traced.out_tree, [0] * len(outs))
     outs = broadcast_prefix(jitted.out_shardings, skeleton, "jit out_shardings")

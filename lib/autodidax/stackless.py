@@ -43,7 +43,7 @@ from . import ad, batching, core, spmd
 from . import partial_eval as pe
 from .ad import JVPTracer, UndefPrimal, Zero, instantiate_zeros
 from .batching import BatchTracer, not_mapped
-from .core import (Primitive, abstract_eval_rules, get_aval, impl_rules,
+from .core import (Primitive, abstract_eval, get_aval, impl_rules,
                    raise_to_shaped)
 from .jaxpr import (ClosedJaxpr, Jaxpr, JaxprEqn, Lit, Var, as_shaped,
                     eval_jaxpr, has_jaxpr)
@@ -305,7 +305,7 @@ class DynamicJaxprTrace(Trace):
     if self.parent is not None and not own:
       return bind_with_trace(self.parent, prim, args, params)
     ins = [self.to_jaxpr_tracer(x) for x in args]
-    avals = abstract_eval_rules[prim](*[t.aval for t in ins], **params)
+    avals = abstract_eval(prim, [t.aval for t in ins], params)
     outs = [self._new(as_shaped(a))
             for a in (avals if prim.multiple_results else [avals])]
     self.eqns.append(JaxprEqn(prim, [self.atoms[id(t)] for t in ins], params,

@@ -108,6 +108,12 @@ def _platform(params):
 _executables = weakref.WeakKeyDictionary()   # jaxpr -> {platform: Executable}
 
 
+def discharged(jaxpr: Jaxpr, name: str = "jit_fun") -> Jaxpr:
+  """`jaxpr` with its `Ref`s made values (autodidax.state), if it has any."""
+  from . import state
+  return state.discharge_if_stateful(jaxpr, name)
+
+
 def compile_jaxpr(jaxpr: Jaxpr, platform: str, name: str = "jit_fun"):
   """Lower and compile `jaxpr` once per platform; later calls hit the cache."""
   per_platform = _executables.get(jaxpr)
@@ -115,7 +121,8 @@ def compile_jaxpr(jaxpr: Jaxpr, platform: str, name: str = "jit_fun"):
     per_platform = _executables[jaxpr] = {}
   exe = per_platform.get(platform)
   if exe is None:
-    exe = runtime.compile(lowering.lower_jaxpr(jaxpr, name), platform)
+    module = lowering.lower_module(discharged(jaxpr), name)
+    exe = runtime.compile(module.text(), platform, module.host_callbacks)
     # The avals of the inputs and outputs, for the input handler and the
     # output `Array`s: worked out once here rather than on every call.
     exe.in_avals = [v.aval for v in jaxpr.invars]
@@ -304,6 +311,7 @@ class jit:
     if traced is None:
       flat_fun, out_tree = flatten_fun(fun_dyn, in_tree)
       jaxpr, consts = closed_to_call_jaxpr(*trace_to_jaxpr_dynamic(flat_fun, in_avals))
+      jaxpr = discharged(jaxpr, self.__name__)   # Refs inside become values
       # A NumPy array the function closes over is read now, as JAX does:
       # changing it later doesn't change what the compiled function computes.
       consts = [c.copy() if type(c) is np.ndarray else c for c in consts]
@@ -384,7 +392,7 @@ class Lowered:
       p = self._params
       return spmd.lower_spmd(self._traced.jaxpr, p["name"], p["mesh"], p["in_shardings"],
                              p["out_shardings"])
-    return lowering.lower_jaxpr(self._traced.jaxpr, self._params["name"])
+    return lowering.lower_jaxpr(discharged(self._traced.jaxpr), self._params["name"])
 
   def compile(self) -> "Compiled":
     return Compiled(self._traced, self._params)

@@ -186,6 +186,8 @@ def probe_D_2(p, custom_jvp_call_vmap):
       p.value(f"vmap of {name}", p.call(f"vmap of {name}", adx.vmap(f), xs, ys))
       p.value(f"vmap of {name}, y not mapped",
               p.call(f"vmap of {name}, in_axes=(0, None)", adx.vmap(f, (0, None)), xs, y))
+      p.value(f"vmap of {name}, x batched along its axis 1", p.call(
+          f"vmap of {name}, in_axes=(1, 0)", adx.vmap(f, (1, 0)), xs.T, ys))
       out, t = p.call(f"jvp of vmap of {name}: the rule, batched",
                       adx.jvp, adx.vmap(f), (xs, ys), (ts, np.ones_like(ys)))
       p.value(f"jvp of vmap of {name}: the output tangent", t)

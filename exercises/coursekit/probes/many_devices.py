@@ -12,8 +12,8 @@ import numpy as np
 
 import autodidax as adx
 import autodidax.numpy as anp
-from autodidax import ad, lax, parallel
-from autodidax.sharding import NamedSharding, P
+from autodidax import ad, core, lax, parallel, sharding_rules
+from autodidax.sharding import AxisType, NamedSharding, P
 
 from ..checks import recorded_binds
 from ..probe import probe
@@ -22,9 +22,12 @@ COLLECTIVE = re.compile(r"\b(all-reduce|all-gather|reduce-scatter|collective-per
                         r"all-to-all)(?:-start)?\(")
 
 
-def _mesh(p, shape, names):
+def _mesh(p, shape, names, axis_types=None):
+  """Explicit axes (make_mesh's default) unless `axis_types` says otherwise:
+  M.4 and M.5 are about what XLA's partitioner decides, on Auto axes."""
   return p.call(f"a {' x '.join(map(str, shape))} mesh of the 8 devices (if this fails, "
-                "restart the kernel and run the setup cell first)", adx.make_mesh, shape, names)
+                "restart the kernel and run the setup cell first)", adx.make_mesh, shape, names,
+                axis_types)
 
 
 def _collectives(hlo: str) -> list:
@@ -32,7 +35,8 @@ def _collectives(hlo: str) -> list:
 
 
 @probe("M.1", answers=("psum_transpose",),
-       removes={"autodidax.parallel:_psum_transpose": "psum_transpose"})
+       removes={"autodidax.parallel:_psum_transpose": "psum_transpose",
+                "autodidax.shard_map:_pvary_transpose": "psum_transpose"})
 def probe_M_1(p, psum_transpose):
   r = p.rng
   n = int(r.integers(3, 6))
@@ -58,8 +62,10 @@ def probe_M_1(p, psum_transpose):
       p.value(what, p.call(what, f, *args))
     mesh = _mesh(p, (8,), ("i",))
     u, c = r.normal(size=(16, 2)), r.normal(size=(16, 2))
+    # (check_vma=False: with vma types, psum of a varying value transposes to
+    # a cast, not to the rule of this exercise; see the chapter)
     sm = adx.shard_map(lambda v, k: lax.psum(v * v, "i") * k, mesh=mesh,
-                       in_specs=(P("i"), P("i")), out_specs=P("i"))
+                       in_specs=(P("i"), P("i")), out_specs=P("i"), check_vma=False)
     g = p.call("grad through a psum inside shard_map on 8 devices",
                adx.grad(lambda v: anp.sum(anp.sin(sm(v, c)))), u)
     p.value("grad through a psum inside shard_map on 8 devices", g)
@@ -168,7 +174,7 @@ def _run_layout(p, what, layout, mesh, x, W, held=("y",)):
 
 @probe("M.4", answers=("no_communication", "contraction_split"))
 def probe_M_4(p, no_communication, contraction_split):
-  mesh = _mesh(p, (4, 2), ("data", "model"))
+  mesh = _mesh(p, (4, 2), ("data", "model"), (AxisType.Auto,) * 2)
   r = p.rng
   x = r.normal(size=(16, 8)).astype(np.float32)
   W = r.normal(size=(8, 12)).astype(np.float32)
@@ -224,7 +230,7 @@ def _names(answer):
 @probe("M.5", answers=("predict_collectives",),
        removes={"autodidax.spmd:collectives_in": None})
 def probe_M_5(p, predict_collectives):
-  mesh = _mesh(p, (4, 2), ("data", "model"))
+  mesh = _mesh(p, (4, 2), ("data", "model"), (AxisType.Auto,) * 2)
   x = np.zeros(M5_SHAPE, np.float32)
   compiled = {}
 
@@ -267,3 +273,67 @@ def probe_M_5(p, predict_collectives):
     label = f"case {k + 1} of {len(chosen)}"
     got = p.call(label, predict_collectives, in_spec, out_spec, sum_axis=sum_axis)
     p.value(f"{label}: the collectives", _names(got))
+
+
+# (x's shape, y's shape, dimension_numbers): matmuls, batched ones, an outer product
+M6_DOTS = [((8, 8), (8, 16), (((1,), (0,)), ((), ()))),
+           ((8, 8), (8, 16), (((0,), (0,)), ((), ()))),
+           ((4, 8, 8), (4, 8, 16), (((2,), (1,)), ((0,), (0,)))),
+           ((8, 8), (16, 8), (((1,), (1,)), ((), ()))),
+           ((8,), (16,), (((), ()), ((), ())))]
+M6_AXES = [None, None, "data", "model"]   # whole as often as cut
+
+
+@probe("M.6", answers=("dot_general_sharding_rule",),
+       removes={"autodidax.sharding_rules:_dot_general_rule": "dot_general_sharding_rule"})
+def probe_M_6(p, dot_general_sharding_rule):
+  mesh = _mesh(p, (4, 2), ("data", "model"))
+
+  def put(shape, spec):
+    return adx.device_put(np.ones(shape, np.float32), NamedSharding(mesh, P(*spec)))
+
+  def result_type(x, y, dn, out=None):
+    f = adx.jit(lambda a, b: lax.dot_general(a, b, dn, out_sharding=out))
+    try:
+      return adx.typeof(f(x, y)).str_short()
+    except sharding_rules.ShardingTypeError:
+      return "ShardingTypeError"
+
+  with core.sharding_rules.override(lax.dot_general_p, dot_general_sharding_rule):
+    for k in range(12):
+      xs, ys, dn = M6_DOTS[k % len(M6_DOTS)]
+      x_spec = [M6_AXES[i] for i in p.rng.integers(0, 4, len(xs))]
+      y_spec = [M6_AXES[i] for i in p.rng.integers(0, 4, len(ys))]
+      if len(set(a for a in x_spec if a)) < len([a for a in x_spec if a]):
+        x_spec = [x_spec[0], *[None] * (len(xs) - 1)]
+      if len(set(a for a in y_spec if a)) < len([a for a in y_spec if a]):
+        y_spec = [None] * (len(ys) - 1) + [y_spec[-1]]
+      p.given(x=f"f32{list(xs)} cut by {x_spec}", y=f"f32{list(ys)} cut by {y_spec}",
+              dimension_numbers=dn)
+      label = f"product {k + 1}"
+      p.value(label, p.call(label, result_type, put(xs, x_spec), put(ys, y_spec), dn))
+    whole = NamedSharding(mesh, P("data", None))
+    p.given(x="f32[8, 8] cut by ['data', 'model']", y="f32[8, 16] cut by ['model', None]",
+            dimension_numbers=M6_DOTS[0][2])
+    label = "with out_sharding=P('data', None)"
+    p.value(label, p.call(label, result_type, put((8, 8), ("data", "model")),
+                          put((8, 16), ("model",)), M6_DOTS[0][2], whole))
+
+
+M7_AXES = [None, "data", "model"]
+
+
+@probe("M.7", answers=("predict_vma",))
+def probe_M_7(p, predict_vma):
+  for k in range(8):
+    axis_a, axis_w = (M7_AXES[i] for i in p.rng.integers(0, 3, 2))
+    op = ("mul", "psum")[int(p.rng.integers(0, 2))]
+    axis = ("data", "model")[int(p.rng.integers(0, 2))]
+    p.given(axis_a=axis_a, axis_w=axis_w, op=op, axis=axis)
+    label = f"case {k + 1}"
+    got = p.call(label, predict_vma, axis_a, axis_w, op, axis)
+    if not (isinstance(got, tuple) and len(got) == 2):
+      p.value(f"{label}: a pair (varying axes, summed axes)", False)
+      continue
+    p.value(f"{label}: the axes y varies along", sorted(set(got[0]) - {None}))
+    p.value(f"{label}: the axes of the gradient's psums", sorted(set(got[1]) - {None}))

@@ -71,11 +71,19 @@ def _check_carry(what, fn, in_tree, out_tree, in_avals, out_avals, strict=False)
     raise TypeError(f"{what}: {fn} must return a carry with the structure of the "
                     f"initial value, {in_tree}, but it returned {out_tree}")
   bad = [i for i, (a, b) in enumerate(zip(in_avals, out_avals))
-         if a.shape != b.shape or (a.dtype != b.dtype and (strict or not a.weak_type))]
+         if a.shape != b.shape or (a.dtype != b.dtype and (strict or not a.weak_type))
+         or _layout(a) != _layout(b)]
   if bad:
     raise TypeError(f"{what}: {fn} must return a carry of the same types as the initial "
                     f"value, {avals_str(in_avals)}, but it returned {avals_str(out_avals)}. "
-                    "The carry's shapes and dtypes can't change from one iteration to the next.")
+                    "The carry's shapes, dtypes and shardings can't change from one "
+                    "iteration to the next.")
+
+
+def _layout(aval):
+  """How Explicit mesh axes split a value (none, for a value without a sharding)."""
+  s = aval.sharding
+  return () if s is None or s.is_fully_replicated else s.spec.normalized(aval.ndim)
 
 
 def fori_loop(lower, upper, body_fun, init_val):
