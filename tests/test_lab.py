@@ -79,7 +79,39 @@ def test_make_lab_adds_allow_root_only_for_root(tmp_path, uid):
   command = proc.stdout.strip().splitlines()[-1].split()
   assert command[:3] == [".venv/bin/jupyter", "lab", "exercises"]
   assert " ".join(command[3:5]) == "--ContentsManager.hide_globs=['source', 'coursekit',"
+  assert "--ServerApp.jpserver_extensions=coursekit.lab=True" in command   # the book's links
   hidden = len(command) - 2 - (uid == "0")   # the hide_globs list is several words
   assert command[hidden:] == (["--allow-root"] if uid == "0" else []) + ["--no-browser",
                                                                           "--port=8899"]
   assert (NOTE in proc.stderr) == (uid == "0"), proc.stderr
+
+
+def test_the_lab_shows_book_links_at_its_copy_of_the_book_and_saves_them_as_they_were(tmp_path):
+  """coursekit.lab's contents manager: a notebook opened in the lab links the book the
+  lab serves (under its base URL); saved, its file is as before, links and all."""
+  import asyncio
+  from concurrent.futures import ThreadPoolExecutor
+
+  import nbformat
+  from coursekit import lab
+  from traitlets import Unicode
+  from traitlets.config import Configurable
+
+  class Server(Configurable):
+    base_url = Unicode("/user/ada/")
+
+  nb = "part1.ipynb"
+  (tmp_path / nb).write_text((ROOT / "exercises" / nb).read_text())
+  manager = lab.BookLinksContentsManager(parent=Server(), root_dir=str(tmp_path))
+
+  async def round_trip():
+    model = await manager.get(nb)
+    text = json.dumps(model["content"])
+    await manager.save({"type": "notebook", "content": json.loads(text)}, "saved.ipynb")
+    return text
+
+  with ThreadPoolExecutor(1) as pool:   # an asyncio loop of its own
+    shown = pool.submit(asyncio.run, round_trip()).result()
+  assert "](../book/" not in shown and "](/user/ada/autodidax/book/part1_interpreters.html#" in shown
+  before, after = (nbformat.read(tmp_path / f, as_version=4) for f in (nb, "saved.ipynb"))
+  assert [c.source for c in after.cells] == [c.source for c in before.cells]

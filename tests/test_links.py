@@ -1,33 +1,98 @@
-"""The exercise notebooks' "In the book" links, followed where learners open notebooks.
+"""The exercise notebooks' "In the book" links, followed wherever learners open
+notebooks, in headless chromium, each to a page that has its #anchor.
 
 * On the site: a stub links `../book/<chapter>.html#<section>`, relative to the
   site's exercises/ folder, where the site serves the notebooks beside book/.
 * Downloaded from the site: the chapter's download link rewrites them, as it
-  downloads, to the site's absolute addresses (book/_static/autodidax.js), so
-  they work wherever the file is opened.
+  downloads, to the site's absolute addresses (book/_static/autodidax.js).
+* Downloaded, then opened in JupyterLab in a folder outside the repository (as
+  after `pip install autodidax-course.zip`): the lab leaves absolute links as
+  they are, and a click opens the site's page in a new tab.
+* Under `make lab`: the lab serves the built book itself and shows the links
+  there (exercises/coursekit/lab.py); a click opens the page in a new tab.
 
-The site is served over HTTP on localhost and driven by headless chromium (the
-download is a real click); every link of every notebook is opened and its anchor
-found on the page. Not yet covered: `make lab` (its server's root is exercises/,
-so `../book/` is outside it) and a notebook from the installed zip.
+The site is the session's build (test_site's `build` fixture, which reruns
+nothing when the book is up to date), served over HTTP on localhost; nothing
+else is reachable. Playwright's sync API runs in a thread of its own (an
+earlier test in the worker may have left an asyncio loop running in the main
+thread), as tests/test_install.py does.
 """
+import contextlib
 import functools
 import http.server
 import json
+import os
 import re
+import shutil
+import signal
+import subprocess
 import threading
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import urljoin, urlparse
 
 import pytest
+from coursekit.lab import ROUTE
 
-from test_site import CHROMIUM, CHROMIUM_ARGS, HTML, build, playwright  # noqa: F401 (fixtures)
+from test_lab import MAKE, _env, _free_port
+from test_site import CHROMIUM, CHROMIUM_ARGS, HTML, _skip_or_fail, build  # noqa: F401 (fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
-LINK = re.compile(r"\]\(([^)\s]*book/[\w-]+\.html#[\w-]+)\)")
+LINK = r"\]\(([^)\s]*book/[\w-]+\.html#[\w-]+)\)"
+TOKEN = "links-test-token"
 
-pytestmark = pytest.mark.timeout(1800)   # the build fixture may run every chapter
+pytestmark = pytest.mark.timeout(900)
 
+
+def _chapters() -> dict:
+  import yaml
+  return yaml.safe_load((ROOT / "_config.yml").read_text())["sphinx"]["config"]["adx_exercises"]
+
+
+def _links(notebook: dict) -> list:
+  return [link for cell in notebook["cells"] if cell["cell_type"] == "markdown"
+          for link in re.findall(LINK, "".join(cell["source"]))]
+
+
+def _in_browser(work, *args):
+  """work(context, *args) in a fresh headless chromium that reaches only
+  localhost, in a thread of its own."""
+  if not CHROMIUM.exists():
+    _skip_or_fail(f"no chromium at {CHROMIUM} (apt-get install chromium)")
+
+  def run():
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+      browser = p.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                                  args=CHROMIUM_ARGS)
+      context = browser.new_context(accept_downloads=True)
+      context.route(lambda url: not url.startswith("http://127.0.0.1:"),
+                    lambda route: route.abort())
+      context.set_default_timeout(90_000)
+      try:
+        return work(context, *args)
+      finally:
+        browser.close()
+  with ThreadPoolExecutor(1) as pool:
+    return pool.submit(run).result()
+
+
+def _missing_anchors(page, links) -> list:
+  """The links whose page (each opened once) has no element with their #anchor."""
+  missing, pages = [], {}
+  for link in links:
+    pages.setdefault(link.split("#")[0], []).append(link)
+  for url, on_page in pages.items():
+    if page.url.split("#")[0] != url:
+      page.goto(url, wait_until="domcontentloaded")
+    missing += [link for link in on_page if not page.evaluate(
+        "a => document.getElementById(a) !== null", urlparse(link).fragment)]
+  return missing
+
+
+# --- On the site, and downloaded from it ------------------------------------------------------
 
 @pytest.fixture(scope="module")
 def site(build):
@@ -43,52 +108,127 @@ def site(build):
   server.shutdown()
 
 
+def _visit_site(context, site):
+  """For each chapter: the links of its notebook as the site serves it, resolved
+  from the notebook's address; the notebook its download link saves; and the links
+  of either whose anchor is missing."""
+  page, out = context.new_page(), {}
+  for doc, notebook in sorted(_chapters().items()):
+    served = json.loads((HTML / "exercises" / f"{notebook}.ipynb").read_text())
+    on_site = [urljoin(urljoin(site, f"exercises/{notebook}.ipynb"), rel)
+               for rel in _links(served)]
+    page.goto(urljoin(site, f"{doc}.html"), wait_until="load")
+    with page.expect_download() as download:
+      page.click("a.adx-notebook")
+    saved = Path(download.value.path()).read_text()
+    out[notebook] = dict(served=served, on_site=on_site, saved=saved,
+                         missing=_missing_anchors(page, on_site))
+  return out
+
+
 @pytest.fixture(scope="module")
-def page(playwright, site):  # noqa: F811 (the fixture imported above)
-  browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True,
-                                       args=CHROMIUM_ARGS)
-  context = browser.new_context(accept_downloads=True)
-  context.route(lambda url: not url.startswith(site), lambda route: route.abort())
+def visited(site):
+  return _in_browser(_visit_site, site)
+
+
+@pytest.mark.parametrize("notebook", sorted(set(_chapters().values())))
+def test_a_notebooks_links_reach_their_sections_on_the_site(visited, notebook):
+  v = visited[notebook]
+  assert v["on_site"], f"{notebook} has no book link"
+  assert not v["missing"], f"{notebook}: no such section"
+
+
+@pytest.mark.parametrize("notebook", sorted(set(_chapters().values())))
+def test_a_downloaded_notebook_links_the_sites_pages(visited, site, notebook):
+  """The download holds the same links, absolute: they work wherever the file goes.
+  Apart from them, it is the notebook the site serves."""
+  v = visited[notebook]
+  saved = json.loads(v["saved"])
+  assert _links(saved) == v["on_site"]
+  assert json.dumps(saved).replace(urljoin(site, "book/"), "../book/") == json.dumps(v["served"])
+
+
+# --- In JupyterLab ----------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def _lab(cmd, tmp_path, cwd=ROOT, env=None):
+  """A JupyterLab started by `cmd` + flags for a port and a token: its address."""
+  port = _free_port()
+  flags = (f"--no-browser --ip=127.0.0.1 --port={port} --port-retries=0 "
+           f"--IdentityProvider.token={TOKEN}" + (" --allow-root" if os.geteuid() == 0 else ""))
+  args = [*cmd, f"LAB_ARGS={flags}"] if cmd[0] == "make" else [*cmd, *flags.split()]
+  proc = subprocess.Popen(args, cwd=cwd, env=env or _env(tmp_path), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, start_new_session=True)
+  url = f"http://127.0.0.1:{port}/"
+  try:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+      try:   # /api answers without a token
+        urllib.request.urlopen(url + "api", timeout=2).close()
+        break
+      except OSError:
+        time.sleep(0.5)
+    else:
+      pytest.fail(f"JupyterLab did not start: {proc.communicate(timeout=30)[0][-3000:]}")
+    yield url
+  finally:
+    if proc.poll() is None:
+      os.killpg(proc.pid, signal.SIGTERM)
+    proc.communicate(timeout=60)
+
+
+def _shown(lab: str, notebook: str) -> list:
+  """The links of a notebook as the lab gives it to the browser (its contents API)."""
+  with urllib.request.urlopen(f"{lab}api/contents/{notebook}.ipynb?token={TOKEN}",
+                              timeout=60) as r:
+    return _links(json.load(r)["content"])
+
+
+def _click_in_lab(context, lab, notebook, others):
+  """Opens the notebook in JupyterLab, clicks its first book link, and returns the
+  address the new tab opened, whether it has the anchor, and the links of `others`
+  (opened in the same browser, logged in to the lab) whose anchor is missing."""
   page = context.new_page()
-  page.set_default_timeout(90_000)
-  yield page
-  browser.close()
+  page.goto(f"{lab}lab/tree/{notebook}.ipynb?token={TOKEN}")
+  link = page.locator("a[href*='book/'][href*='.html#']").first
+  with context.expect_page() as opened:
+    link.click()
+  tab = opened.value
+  tab.wait_for_load_state("domcontentloaded")
+  found = tab.evaluate("() => document.getElementById(location.hash.slice(1)) !== null")
+  return tab.url, found, _missing_anchors(tab, others)
 
 
-def _chapters() -> dict:
-  import yaml
-  return yaml.safe_load((ROOT / "_config.yml").read_text())["sphinx"]["config"]["adx_exercises"]
+def test_under_make_lab_the_links_open_the_built_book(build, tmp_path):
+  """`make lab` serves the built book; every notebook shows its links there, each
+  reaches its anchor, and a click in the lab opens one in a new tab. The files on
+  disk keep their site-relative links."""
+  if build.returncode != 0:
+    pytest.skip("the build failed")
+  notebooks = sorted(set(_chapters().values()))
+  with _lab(MAKE, tmp_path) as lab:
+    book = f"{lab}{ROUTE}book/"
+    shown = {nb: _shown(lab, nb) for nb in notebooks}
+    for nb in notebooks:
+      on_disk = _links(json.loads((ROOT / "exercises" / f"{nb}.ipynb").read_text()))
+      assert shown[nb] == [link.replace("../book/", f"/{ROUTE}book/") for link in on_disk], nb
+    every = [urljoin(lab, link) for nb in notebooks for link in shown[nb]]
+    url, found, missing = _in_browser(_click_in_lab, lab, notebooks[0], every)
+  assert url.startswith(book) and url == every[0], url
+  assert found and not missing, missing
 
 
-def _links(notebook: dict) -> list:
-  return [link for cell in notebook["cells"] if cell["cell_type"] == "markdown"
-          for link in LINK.findall("".join(cell["source"]))]
-
-
-def _missing_anchors(page, links) -> list:
-  """The links whose page (each opened once) has no element with their #anchor."""
-  missing, pages = [], {}
-  for link in links:
-    pages.setdefault(link.split("#")[0], []).append(link)
-  for url, on_page in pages.items():
-    page.goto(url, wait_until="load")
-    missing += [link for link in on_page if not page.evaluate(
-        "a => document.getElementById(a) !== null", urlparse(link).fragment)]
-  return missing
-
-
-@pytest.mark.parametrize("doc, notebook", sorted(_chapters().items()))
-def test_a_downloaded_notebooks_links_reach_their_sections(page, site, doc, notebook):
-  page.goto(urljoin(site, f"{doc}.html"), wait_until="load")
-  with page.expect_download() as download:
-    page.click("a.adx-notebook")
-  saved = json.loads(Path(download.value.path()).read_text())
-  served = json.loads((HTML / "exercises" / f"{notebook}.ipynb").read_text())
-  links, relative = _links(saved), _links(served)
-  assert links and len(links) == len(relative), (links, relative)
-  for link, rel in zip(links, relative):
-    on_site = urljoin(urljoin(site, f"exercises/{notebook}.ipynb"), rel)   # opened on the site
-    assert link == on_site, f"{notebook}: {rel} was saved as {link}"
-  assert not _missing_anchors(page, links), f"{notebook}: no such section"
-  # Apart from its links, the download is the notebook the site serves.
-  assert json.dumps(saved).replace(urljoin(site, "book/"), "../book/") == json.dumps(served)
+def test_a_downloaded_notebook_in_a_lab_outside_the_repository(visited, site, tmp_path):
+  """The downloaded notebook, opened in JupyterLab in a folder of its own with an
+  environment that points nowhere into the repository (as after `pip install` of the
+  zip): a click on a book link opens the site's page at its section."""
+  notebook = sorted(visited)[0]
+  home = tmp_path / "downloads"
+  home.mkdir()
+  (home / f"{notebook}.ipynb").write_text(visited[notebook]["saved"])
+  env = {k: v for k, v in _env(tmp_path).items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+  jupyter = shutil.which("jupyter", path=str(ROOT / ".venv" / "bin")) or "jupyter"
+  with _lab([jupyter, "lab", str(home)], tmp_path, cwd=home, env=env) as lab:
+    assert _shown(lab, notebook) == visited[notebook]["on_site"]
+    url, found, _ = _in_browser(_click_in_lab, lab, notebook, [])
+  assert url == visited[notebook]["on_site"][0] and found, url
