@@ -232,3 +232,24 @@ def test_a_downloaded_notebook_in_a_lab_outside_the_repository(visited, site, tm
     assert _shown(lab, notebook) == visited[notebook]["on_site"]
     url, found, _ = _in_browser(_click_in_lab, lab, notebook, [])
   assert url == visited[notebook]["on_site"][0] and found, url
+
+
+# --- Where no site can be reached -------------------------------------------------------------
+
+@pytest.mark.parametrize("notebook", sorted(set(_chapters().values())))
+def test_a_links_text_names_its_chapter_and_section(notebook):
+  """Read without the site, a link still says where to look: "Chapter, *Section*",
+  the chapter's name as the glossary gives it, the section's title as its heading."""
+  import yaml
+  from docutils.nodes import make_id
+  config = yaml.safe_load((ROOT / "_config.yml").read_text())["sphinx"]["config"]
+  names = config["adx_chapter_names"]
+  nb = json.loads((ROOT / "exercises" / f"{notebook}.ipynb").read_text())
+  found = [m for cell in nb["cells"] if cell["cell_type"] == "markdown"
+           for m in re.findall(r"\[([^\]]+)\]\(([^)\s]*book/([\w-]+)\.html#([\w-]+))\)",
+                               "".join(cell["source"]))]
+  assert len(found) == len(_links(nb)) > 0
+  for text, link, page, anchor in found:
+    m = re.fullmatch(r"(.+?), \*(.+)\*", text)
+    assert m and names.get(m.group(1)) == f"book/{page}", (text, link)
+    assert make_id(m.group(2).replace("`", "")) == anchor, (text, link)
