@@ -160,8 +160,10 @@ def _lab(cmd, tmp_path, cwd=ROOT, env=None):
     args = [*cmd, f"LAB_ARGS={flags}"]
   else:   # make lab adds --allow-root as root; so must we
     args = [*cmd, *flags.split(), *(["--allow-root"] if os.geteuid() == 0 else [])]
-  proc = subprocess.Popen(args, cwd=cwd, env=env or _env(tmp_path), stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, start_new_session=True)
+  log = tmp_path / f"lab-{port}.log"   # a file: a full pipe would stall the server
+  with log.open("w") as out:
+    proc = subprocess.Popen(args, cwd=cwd, env=env or _env(tmp_path), stdout=out,
+                            stderr=subprocess.STDOUT, start_new_session=True)
   url = f"http://127.0.0.1:{port}/"
   try:
     deadline = time.monotonic() + 300   # a busy machine starts it slowly
@@ -172,12 +174,12 @@ def _lab(cmd, tmp_path, cwd=ROOT, env=None):
       except OSError:
         time.sleep(0.5)
     else:
-      pytest.fail(f"JupyterLab did not start: {proc.communicate(timeout=30)[0][-3000:]}")
+      pytest.fail(f"JupyterLab did not start:\n{log.read_text()[-3000:]}")
     yield url
   finally:
     if proc.poll() is None:
-      os.killpg(proc.pid, signal.SIGTERM)
-    proc.communicate(timeout=60)
+      os.killpg(proc.pid, signal.SIGTERM)   # make, bash and jupyter: one session of ours
+    proc.wait(timeout=60)
 
 
 def _shown(lab: str, notebook: str) -> list:
