@@ -6,10 +6,12 @@ notebooks, in headless chromium, each to a page that has its #anchor.
 * Downloaded from the site: the chapter's download link rewrites them, as it
   downloads, to the site's absolute addresses (book/_static/autodidax.js).
 * Downloaded, then opened in JupyterLab in a folder outside the repository (as
-  after `pip install autodidax-course.zip`): the lab leaves absolute links as
-  they are, and a click opens the site's page in a new tab.
+  after `pip install autodidax-course.zip`; the lab is the repository's, with
+  an environment that points nowhere into it): the lab shows the absolute links
+  as they are, and a click opens the site's page in a new tab.
 * Under `make lab`: the lab serves the built book itself and shows the links
-  there (exercises/coursekit/lab.py); a click opens the page in a new tab.
+  there (exercises/coursekit/lab.py); each page is fetched from the lab, and a
+  click opens one in a new tab.
 
 The site is the session's build (test_site's `build` fixture, which reruns
 nothing when the book is up to date), served over HTTP on localhost; nothing
@@ -111,7 +113,7 @@ def site(build):
 def _visit_site(context, site):
   """For each chapter: the links of its notebook as the site serves it, resolved
   from the notebook's address; the notebook its download link saves; and the links
-  of either whose anchor is missing."""
+  whose anchor is missing."""
   page, out = context.new_page(), {}
   for doc, notebook in sorted(_chapters().items()):
     served = json.loads((HTML / "exercises" / f"{notebook}.ipynb").read_text())
