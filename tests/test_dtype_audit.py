@@ -316,6 +316,8 @@ CASES = [Case(name, specs, d)
 
 
 def _fits_x32(case: Case) -> bool:
+  if case.fn == "lax.clamp" and set(WEAK) & set(case.specs):
+    return False   # clamp's Python scalars keep their own dtype: 32 bits in JAX without x64
   return not WIDE & set(case.specs)
 
 
