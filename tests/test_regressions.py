@@ -5,6 +5,8 @@ weak types, signed zeros, waste in jaxprs. The systematic sweeps are
 test_dtype_audit and test_edge_cases."""
 from __future__ import annotations
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -340,3 +342,87 @@ def test_jit_of_grad_of_a_python_float_is_weakly_typed_as_jax():
     got = adx.jit(adx.grad(ours))(0.7)
     assert got.aval.weak_type == jax.typeof(jax.jit(jax.grad(theirs))(0.7)).weak_type == True  # noqa: E712
   assert isinstance(adx.grad(anp.sin)(0.7), (np.ndarray, np.generic))   # eagerly, still an array
+
+
+# --- Printing and equation sequences as JAX's ------------------------------------------------
+
+def _custom_unused(A, np_):
+  f = A.custom_jvp(lambda x: np_.sin(x))
+  f.defjvp(lambda p, t: (f(p[0]), t[0] * np_.cos(p[0])))
+  h = A.custom_vjp(lambda x: np_.sin(x))
+  h.defvjp(lambda x: (np_.sin(x), x), lambda r, ct: (ct * np_.cos(r),))
+  return {"custom_jvp": lambda x: (f(x), x * 2.)[1], "custom_vjp": lambda x: (h(x), x * 2.)[1],
+          "grad of sin(x) ** 2": A.grad(lambda x: np_.sin(x) ** 2),
+          "grad of sin(x) ** 3": A.grad(lambda x: np_.sin(x) ** 3)}
+
+
+@pytest.mark.parametrize("name", sorted(_custom_unused(adx, anp)))
+def test_unused_binders_print_as_underscore_as_jax(name):
+  """A binder of the outer jaxpr that nothing reads prints as `_` (not one in
+  a nested jaxpr), and takes no name: the texts are JAX's."""
+  ours = str(adx.make_jaxpr(_custom_unused(adx, anp)[name])(1.))
+  theirs = str(jax.make_jaxpr(_custom_unused(jax, jnp)[name])(1.))
+  assert "_:f64[]" in ours and ours == theirs, (ours, theirs)
+
+
+CLAMPS = {   # lo, x, hi: Python scalars keep their dtype (f64, i64), as in JAX
+    "floats around f32": (-1.5, np.ones(3, np.float32), 1.5),
+    "ints around i32": (0, np.ones(3, np.int32), 5),
+    "ints around f64": (0, np.ones(3), 1),
+    "floats around i32": (0.5, np.ones(3, np.int32), 2.),
+    "i64 around f32": (np.int64(0), np.ones(3, np.float32), np.int64(1)),
+    "floats around f32[]": (-1.5, np.float32(.3), 1.5),
+    "floats around f64": (-1.5, np.array([-2., 0., 2.]), 1.5),
+    "f32 around f32": (np.float32(-1.5), np.array([-2., 2.], np.float32), np.float32(1.5)),
+    "Python floats": (-1.5, 0.3, 1.5), "bools": (False, np.array([True]), True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CLAMPS))
+@pytest.mark.parametrize("wrap", ["eager", "jit"])
+def test_clamp_raises_where_jax_raises(name, wrap):
+  lo, x, hi = CLAMPS[name]
+  ours = lax.clamp if wrap == "eager" else adx.jit(lax.clamp)
+  theirs = jax.lax.clamp if wrap == "eager" else jax.jit(jax.lax.clamp)
+  try:
+    want = theirs(lo, x, hi)
+  except TypeError as e:
+    first = str(e).split(". ")[0]
+    with pytest.raises(TypeError, match=re.escape(first)):
+      ours(lo, x, hi)
+    return
+  same(ours(lo, x, hi), want)
+
+
+_JAX_NAMES = {"xla_call": "jit", "greater": "gt", "broadcast": "broadcast_in_dim"}
+
+
+def _sequence(jaxpr) -> list:
+  """The primitives of a jaxpr in order, nested jaxprs as lists, in JAX's names."""
+  out = []
+  for e in jaxpr.eqns:
+    out.append(_JAX_NAMES.get(e.primitive.name, e.primitive.name))
+    for v in e.params.values():
+      if hasattr(getattr(v, "jaxpr", v), "eqns"):
+        out.append(_sequence(getattr(v, "jaxpr", v)))
+  return out
+
+
+WHERES = {"x or 0.": lambda np_: lambda x: np_.where(x > 0, x, 0.),
+          "1. or x": lambda np_: lambda x: np_.where(x > 0, 1., x),
+          "x or 0": lambda np_: lambda x: np_.where(x > 0, x, 0),
+          "arrays": lambda np_: lambda x: np_.where(x > 0, x, x * 2),
+          "a Python bool": lambda np_: lambda x: np_.where(True, x, 0.)}
+
+
+@pytest.mark.parametrize("name", sorted(WHERES))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_where_is_jaxs_equation_sequence(name, dtype):
+  """where stages as a jit of its own (JAX's `_where`): convert the scalar
+  branch, broadcast it, select_n; under vmap too."""
+  x = np.array([-1., 2., 3.], dtype)
+  for wrap in (lambda A, f: f, lambda A, f: A.vmap(f)):
+    ours = adx.make_jaxpr(wrap(adx, WHERES[name](anp)))(x)
+    theirs = jax.make_jaxpr(wrap(jax, WHERES[name](jnp)))(x)
+    assert _sequence(ours.jaxpr) == _sequence(theirs.jaxpr), (ours, theirs)
+    same(adx.jit(wrap(adx, WHERES[name](anp)))(x), jax.jit(wrap(jax, WHERES[name](jnp)))(x))

@@ -330,6 +330,10 @@ def transformed_examples():
         "a jit inside": (lambda x: np_.sum(A.jit(inner)(x)), (x,)),
         "cond": (lambda x: L.cond(np_.sum(x) > 0, lambda v: np_.sum(np_.sin(v)),
                                   lambda v: np_.sum(np_.cos(v)), x), (x,)),
+        # tanh's derivative saves its output y and 1 - y, as JAX's rule does
+        "tanh": (lambda x: np_.sum(np_.tanh(x)), (x,)),
+        "tanh of tanh": (lambda x: np_.sum(np_.tanh(np_.tanh(x))), (x,)),
+        "tanh of a product": (lambda x, y: np_.sum(np_.tanh(x * y) * y), (x, x)),
     }
   ours, theirs = make(adx, anp, lax), make(jax, jnp, jax.lax)
   for name in ours:

@@ -632,7 +632,10 @@ class BindHooks:
      counts of binds (`observing`);
   3. the fast path: with plain arrays only and no dynamic trace, `bind` would
      pick EvalTrace, whose whole work is the impl rule, so call that directly.
-     Eager code binds thousands of times.
+     Eager code binds thousands of times. Where one of them is an array on
+     many devices (a type in `mesh_array_types`), `mesh_bind` runs the
+     primitive as a program on their devices instead, so that the result
+     keeps a layout as in JAX (autodidax.spmd sets it).
 
   While a hook (1 or 2) is on, `core.bind` itself goes through the hooks as
   well, so interpreters that call it directly (Part 2's eval_jaxpr) are
@@ -650,10 +653,15 @@ class BindHooks:
     if self.observers:
       return self._observed(prim, args, params)
     if dynamic_trace is None and (named_axis_hook is None or len(trace_stack) == 1):
+      on_mesh = False
       for x in args:
-        if type(x) not in array_types:
+        t = type(x)
+        if t not in array_types:
           break
+        on_mesh = on_mesh or t in mesh_array_types
       else:
+        if on_mesh:
+          return mesh_bind(prim, args, params)
         out = impl_rules[prim](*args, **params)
         return out if prim.multiple_results else [out]
     return _bind_by_levels(prim, *args, **params)
@@ -707,6 +715,8 @@ class BindHooks:
 
 
 hooks = BindHooks()
+mesh_array_types: set = set()   # arrays on many devices (autodidax.sharding)
+mesh_bind = None   # mesh_bind(prim, args, params) -> outs (autodidax.spmd)
 
 
 def current_design() -> Design:

@@ -239,8 +239,11 @@ class VarNames:
   def __init__(self):
     self._names: dict = {}
     self.used: set = set()   # the variables read (pp_jaxpr fills it in)
+    self.unused: set = set()   # binders of the outer jaxpr that nothing reads: `_`
 
   def __getitem__(self, v: Var) -> str:
+    if v in self.unused:   # as JAX prints them (not in nested jaxprs, as JAX)
+      return "_"
     if v not in self._names:
       self._names[v] = _nth_name(len(self._names))
     return self._names[v]
@@ -339,9 +342,11 @@ def pp_jaxpr(jaxpr: Jaxpr, width: int = 80, indent: int = 0, names: VarNames | N
   """Print like JAX: on one line when it fits in `width`, else one equation a
   line. `indent` is the indentation of nested jaxprs' lines, `column` the
   column the jaxpr starts at (after a `key=`; by default, `indent`)."""
-  names = names or VarNames()
+  outermost, names = names is None, names or VarNames()
   names.used.update(x for e in jaxpr.eqns for x in e.inputs if type(x) is Var)
   names.used.update(x for x in jaxpr.outvars if type(x) is Var)
+  if outermost:
+    names.unused = {v for e in jaxpr.eqns for v in e.out_binders} - names.used
   binders = lambda vs: " ".join(f"{names[v]}:{v.aval.str_short()}" for v in vs)
   head = f"{{ lambda {binders(jaxpr.constvars)}; {binders(jaxpr.invars)}. let"
   eqns = [pp_eqn(e, names, indent + 4) for e in jaxpr.eqns]

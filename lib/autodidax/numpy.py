@@ -355,12 +355,29 @@ def where(condition, x=None, y=None):
           and y.shape == x.shape)):   # (a fast path: the common eager case)
     y = _np.full(x.shape, y, x.dtype) if type(y) is float else y
     return lax.select_n(condition, y, x)
+  if any(isinstance(v, Tracer) for v in (condition, x, y)):   # staged: in a jit of
+    return _where_jit()(condition, x, y)   # its own, as JAX's where (named _where)
+  return _where(condition, x, y)
+
+
+def _where(condition, x, y):
   x0, y0 = x, y
-  c, x, y = astype(condition, bool), *_promote(x, y)
+  dtype, weak = dtypes.join_types(_dtype_of(x), _dtype_of(y))
+  c, x, y = astype(condition, bool), _as_type(x, dtype, weak), _as_type(y, dtype, weak)
   shape = _np.broadcast_shapes(_np.shape(c), _np.shape(x), _np.shape(y))
   x, y = broadcast_to(x, shape), broadcast_to(y, shape)   # cases alike;
   c = c if _np.ndim(c) == 0 else broadcast_to(c, shape)   # c: a scalar too
   return _weak(lax.select_n(c, y, x), x0, y0)
+
+
+_where_jitted = []
+
+
+def _where_jit():
+  if not _where_jitted:
+    from .xla import jit   # (autodidax.xla imports this module)
+    _where_jitted.append(jit(_where))
+  return _where_jitted[0]
 
 
 def clip(x, min=None, max=None):  # noqa: A002

@@ -262,6 +262,7 @@ def _shard_map_impl(*args, jaxpr, mesh, in_specs, out_specs, check_vma):
 
 
 impl_rules[shard_map_p] = _shard_map_impl
+spmd.own_dispatch.add(shard_map_p)   # eager: laid out by in_specs, not by jit
 
 
 # --- Lowering: Shardy's manual computation -------------------------------------------------------

@@ -23,10 +23,10 @@ import weakref
 
 import numpy as np
 
-from . import lowering, runtime, xla
+from . import core, lowering, runtime, xla
 from .core import raise_to_shaped
 from .jaxpr import ClosedJaxpr, Jaxpr
-from .sharding import NamedSharding, P, ShardedArray, shards_for
+from .sharding import NamedSharding, P, ShardedArray, reshard_p, shards_for
 
 
 # --- Layouts in Shardy's notation ----------------------------------------------------------
@@ -117,8 +117,14 @@ def resolve_in_shardings(mesh, declared, args) -> list:
   out = []
   for i, (s, x) in enumerate(zip(declared, args)):
     if s is None:
-      own = getattr(x, "sharding", None)
-      s = own if isinstance(own, NamedSharding) and own.mesh == mesh else NamedSharding(mesh, P())
+      own = x.sharding if isinstance(x, ShardedArray) else None
+      if own is not None and _device_ids(own.mesh) != _device_ids(mesh):
+        raise ValueError(
+            f"Received incompatible devices for jitted computation: the program runs on "
+            f"the devices {_device_ids(mesh)}, and argument {i} is on "
+            f"{_device_ids(own.mesh)}. Put it on the same devices first (device_put "
+            "with a NamedSharding on the program's mesh).")
+      s = own if own is not None and own.mesh == mesh else NamedSharding(mesh, P())
     elif s.mesh != mesh:
       raise ValueError(f"jit: input {i} has a sharding on {s.mesh}, but the program runs "
                        f"on {mesh}: all shardings of one jit must use the same mesh")
@@ -134,6 +140,74 @@ def execute_jaxpr(jaxpr, args, *, mesh, platform, name="jit_fun", in_shardings=N
   ins = resolve_in_shardings(mesh, in_shardings or [None] * n_in, args)
   prog = program(jaxpr, name, mesh, ins, list(out_shardings or [None] * n_out), platform)
   return prog(args)
+
+
+# --- Arrays on many devices, outside any sharded jit ---------------------------------------------
+
+def mesh_of(args):
+  """The mesh that the arrays on many devices among `args` live on (None if
+  none): a plain jit or an eager op on them runs on those devices, as in JAX.
+  Arrays on two different sets of devices are an error, as in JAX."""
+  mesh = None
+  for i, x in enumerate(args):
+    if isinstance(x, ShardedArray):
+      if mesh is None:
+        mesh, first = x.sharding.mesh, i
+      elif _device_ids(x.sharding.mesh) != _device_ids(mesh):
+        raise ValueError(
+            f"Received incompatible devices for jitted computation: argument {first} is "
+            f"on the devices {_device_ids(mesh)} and argument {i} on "
+            f"{_device_ids(x.sharding.mesh)}. Put them on the same devices first "
+            "(device_put with a NamedSharding on one mesh).")
+  return mesh
+
+
+def _device_ids(mesh) -> list:
+  return [d.id for d in mesh.device_list]
+
+
+def execute_on_args_mesh(jaxpr, args, *, mesh, num_consts, platform, name) -> list:
+  """A jit without shardings whose arguments live on `mesh`: one program for
+  its devices. Each argument keeps its layout; a closed-over array (the first
+  `num_consts`) is whole on every device, as the constant JAX writes into its
+  program is; XLA's partitioner lays out the rest."""
+  replicated = NamedSharding(mesh, P())
+  ins = [replicated] * num_consts + [None] * (len(args) - num_consts)
+  return execute_jaxpr(jaxpr, args, mesh=mesh, platform=platform, name=name,
+                       in_shardings=ins)
+
+
+_one_primitive: dict = {}   # (primitive, params) -> a jit of it alone
+own_dispatch: set = {xla.xla_call_p, reshard_p}   # their impl rules place their results
+
+
+def mesh_bind(prim, args, params) -> list:
+  """An eager op with an operand on many devices: a jit of the primitive
+  alone, which runs on the operands' devices (JAX's `apply_primitive`)."""
+  from .effects import effect_rules
+  if prim in own_dispatch or prim in effect_rules:
+    out = core.impl_rules[prim](*args, **params)
+    return out if prim.multiple_results else [out]
+  try:
+    key = (prim, tuple(sorted(params.items())))
+    fun = _one_primitive.get(key)
+  except TypeError:   # a parameter that can't be a key: a jit of its own
+    key, fun = None, None
+  if fun is None:
+    def one(*xs):
+      return prim.bind(*xs, **params)
+    one.__name__ = prim.name
+    fun = xla.jit(one)
+    if key is not None:
+      if len(_one_primitive) > 512:   # params holding jaxprs differ on each call
+        _one_primitive.clear()
+      _one_primitive[key] = fun
+  out = fun(*args)
+  return list(out) if prim.multiple_results else [out]
+
+
+core.mesh_array_types.add(ShardedArray)
+core.mesh_bind = mesh_bind
 
 
 # --- Reading back the layout XLA chose ---------------------------------------------------------
@@ -254,7 +328,9 @@ def specialize(jitted, traced, dyn_args) -> None:
                        f"{len(s.spec)} entries, more than its rank {aval.ndim}: give at "
                        "most one per dimension")
   traced.mesh = mesh
-  traced.in_shardings = (None,) * n_consts + tuple(ins)
+  # A closed-over array is whole on every device: JAX writes it into the
+  # program as a constant, which XLA's partitioner treats so.
+  traced.in_shardings = (NamedSharding(mesh, P()),) * n_consts + tuple(ins)
   traced.out_shardings = tuple(outs)
 
 

@@ -135,6 +135,10 @@ def _xla_call_impl(*args, jaxpr: Jaxpr, num_consts: int, **params):
   platform = _platform(params)
   if "mesh" in params:   # a program for many devices (the chapter Many devices)
     return spmd.execute_jaxpr(jaxpr, args, platform=platform, **params)
+  mesh = spmd.mesh_of(args) if spmd is not None else None
+  if mesh is not None:   # arguments on many devices: run there, keep their layouts
+    return spmd.execute_on_args_mesh(jaxpr, args, mesh=mesh, num_consts=num_consts,
+                                     platform=platform, name=params.get("name", "jit_fun"))
   return execute_compiled(compile_jaxpr(jaxpr, platform, params.get("name", "jit_fun")),
                           args, platform)
 
@@ -375,9 +379,15 @@ class jit:
 class Lowered:
   def __init__(self, traced: _Traced, params: dict, args_flat=()):
     self._traced, self._params = traced, params
-    if traced.mesh is not None:   # each input's layout, as a call with these arguments
+    mesh = spmd.mesh_of(args_flat) if traced.mesh is None and spmd is not None else None
+    if mesh is not None:   # no shardings, but arguments on many devices: run there
+      n, replicated = len(traced.consts), spmd.NamedSharding(mesh, spmd.P())
+      self._params = params = dict(
+          params, mesh=mesh, in_shardings=[replicated] * n + [None] * len(args_flat),
+          out_shardings=[None] * len(traced.jaxpr.outvars))
+    if "mesh" in params:   # each input's layout, as a call with these arguments
       self._params = dict(params, in_shardings=spmd.resolve_in_shardings(
-          traced.mesh, traced.in_shardings, [*traced.consts, *args_flat]))
+          params["mesh"], params["in_shardings"], [*traced.consts, *args_flat]))
 
   @property
   def jaxpr(self) -> ClosedJaxpr:
@@ -388,7 +398,7 @@ class Lowered:
 
   def as_text(self) -> str:
     """The StableHLO module we hand to XLA."""
-    if self._traced.mesh is not None:
+    if "mesh" in self._params:
       p = self._params
       return spmd.lower_spmd(self._traced.jaxpr, p["name"], p["mesh"], p["in_shardings"],
                              p["out_shardings"])
@@ -402,7 +412,7 @@ class Compiled:
   def __init__(self, traced: _Traced, params: dict):
     self._traced, self._params = traced, params
     self.platform = _platform(params)
-    if traced.mesh is not None:   # compiled for a mesh, partitioned by XLA
+    if "mesh" in params:   # compiled for a mesh, partitioned by XLA
       self._exe = spmd.program(traced.jaxpr, params["name"], params["mesh"],
                                params["in_shardings"], params["out_shardings"], self.platform)
     else:

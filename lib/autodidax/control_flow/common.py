@@ -157,10 +157,12 @@ def _clamp_abstract_eval(lo, x, hi):
     if b.shape and b.shape != x.shape:
       raise TypeError(f"clamp: bounds must be scalars or shaped like the operand, got "
                       f"{b.str_short()} for {x.str_short()}")
-    # (a weakly typed bound, a Python scalar, may take x's dtype)
-    if b.dtype != x.dtype and lax.binary_dtype("clamp", x, b)[0] != x.dtype:
-      raise TypeError(f"clamp: bound {b.str_short()} and operand {x.str_short()} have "
-                      "different dtypes")
+  if not lo.dtype == x.dtype == hi.dtype:   # a Python scalar keeps its own dtype, as in JAX
+    raise TypeError(
+        f"lax.clamp requires arguments to have the same dtypes, got {lo.dtype}, "
+        f"{x.dtype}, {hi.dtype}. Unlike the other lax operations, clamp doesn't let a "
+        "Python scalar take the operand's dtype (JAX's neither): give the bounds in "
+        "x's dtype (np.float32(1.5)), or use numpy.clip.")
   return ShapedArray(x.shape, x.dtype,
                      lo.weak_type and x.weak_type and hi.weak_type)
 
