@@ -18,7 +18,7 @@ from autodidax import ad, batching, lax
 from autodidax import custom_derivatives as cd
 from autodidax.custom_derivatives import custom_jvp_call_p, custom_vjp_call_p
 
-from ..probe import probe
+from ..probe import Stop, probe
 
 
 # --- Custom functions with rules that show whether they ran ---------------------------------
@@ -117,6 +117,31 @@ def _scalarize(f):
   return lambda x, y: anp.sum(f(x, y))
 
 
+def _in_order(p, cases):
+  """The cases, (what, thing), in an order drawn from the seed (named for the records
+  that follow): a record of them all is then not the same at every seed."""
+  cases = [cases[int(i)] for i in p.rng.permutation(len(cases))]
+  p.given(cases=[what for what, _ in cases])
+  return cases
+
+
+def _outcomes(p, label, cases):
+  """Record, for each case (what, fn) in an order drawn from the seed, whether `fn()`
+  raises: "raises TypeError", say, or "no error"."""
+  got = []
+  for _, fn in _in_order(p, cases):
+    try:
+      fn()
+      got.append("no error")
+    except NotImplementedError as e:
+      p.error(label, e)
+      raise Stop from None
+    except Exception as e:  # noqa: BLE001 (which error is the record)
+      got.append(f"raises {type(e).__name__}")
+  p.value(label, got)
+  p.given()
+
+
 # --- D.1 -----------------------------------------------------------------------------------
 
 @probe("D.1", answers=("custom_jvp_call_jvp",),
@@ -134,27 +159,31 @@ def probe_D_1(p, custom_jvp_call_jvp):
       p.value(f"grad of {name} in both arguments",
               p.call(f"grad of {name}", adx.grad(_scalarize(f), (0, 1)), x, y))
     seen.clear()
-    g = p.call("grad of weighted in x only", adx.grad(z["weighted"]), x, y)
-    p.value("grad of weighted in x only", g)
-    p.value("what weighted's rule (symbolic_zeros=True) got for x and y, under grad in x "
+    grads = [p.call(f"grad of weighted in {what}", adx.grad(z["weighted"], i), x, y)
+             for what, i in _in_order(p, [("x", 0), ("y", 1), ("x and y", (0, 1))])]
+    p.value("grad of weighted in x only, in y only, and in both", grads)
+    p.value("what weighted's rule (symbolic_zeros=True) got for x and y, under each grad "
             "(a: an array, z: a SymbolicZero)", list(seen))
+    p.given()
     scale = z["scale"]
     k = float(p.rng.uniform(0.5, 1.5))
     p.value("grad of scale(x, k) with k traced by jit (a closed-over operand)",
             p.call("jit(grad) of scale", adx.jit(adx.grad(lambda x, k: anp.sum(scale(x, k)))),
                    x, k))
-    p.value("jvp of a rule whose output tangent is a SymbolicZero",
-            p.call("jvp of flat", adx.jvp, z["flat"], (x,), (tx,))[1])
+    p.value("jvp of x * flat(x), flat's rule giving a SymbolicZero tangent",
+            p.call("jvp of flat", adx.jvp, lambda x: x * z["flat"](x), (x,), (tx,))[1])
     p.value("second derivative: grad of grad of sinmul",
             p.call("grad of grad of sinmul", adx.grad(adx.grad(z["sinmul"])),
                    float(x[0]), float(y[0])))
     p.value("hessian of sinmul in x", p.call("hessian of sinmul", adx.hessian(
         lambda x: anp.sum(z["sinmul"](x, y))), x))
     p.value("grad of vmap of sinmul", p.call("grad of vmap", adx.grad(
-        lambda x: anp.sum(adx.vmap(z["sinmul"], (0, None))(anp.stack([x, -x]), y))), x))
+        lambda x: anp.sum(adx.vmap(z["sinmul"], (0, None))(anp.stack([x, 2. * x]), y))), x))
+    c = float(p.rng.uniform(0.5, 2.))
     closing = lambda c, x: z["sinmul"](x, 1.) * 0. + _closed(c)(x)
-    p.raises("grad in a value that a custom_jvp function closes over",
-             adx.grad(lambda c: anp.sum(closing(c, x))), 2.)
+    _outcomes(p, "grad in c, which a custom_jvp function closes over, and in x: what each raises",
+              [("grad in c", lambda: adx.grad(lambda c: anp.sum(closing(c, x)))(c)),
+               ("grad in x", lambda: adx.grad(lambda x: anp.sum(closing(c, x)))(x))])
 
 
 def _closed(c):
@@ -171,7 +200,7 @@ def _closed(c):
        removes={"autodidax.custom_derivatives:_custom_jvp_call_vmap": "custom_jvp_call_vmap"})
 def probe_D_2(p, custom_jvp_call_vmap):
   z = _jvp_zoo([])
-  B = 3
+  B = int(p.rng.integers(2, 6))   # the batch size: the shapes below come from the seed
   xs, ys, ts = (p.rng.normal(size=(B, 2)) for _ in range(3))
   y = p.rng.normal(size=2)
 
@@ -208,11 +237,17 @@ def probe_D_2(p, custom_jvp_call_vmap):
     pads, vals = p.rng.normal(size=(B, 3)), p.rng.normal(size=B)
     p.value("jvp of vmap of a pad whose padding value is batched (batching the body "
             "adds a const)", p.call("jvp of vmap of padded", adx.jvp, adx.vmap(_padded),
-                                    (pads, vals), (np.ones((B, 3)), np.ones(B)))[1])
-    closed = p.call("make_jaxpr of vmap of sinmul", adx.make_jaxpr(adx.vmap(z["sinmul"])),
-                    xs, ys)
-    p.value("make_jaxpr of vmap of sinmul: the equations",
-            [e.primitive.name for e in closed.eqns])
+                                    (pads, vals), (p.rng.normal(size=(B, 3)),
+                                                   p.rng.normal(size=B)))[1])
+    args = {(0, 0): (xs, ys), (0, None): (xs, y), (None, 0): (y, ys), (1, 0): (xs.T, ys)}
+    in_axes = list(args)[int(p.rng.integers(len(args)))]
+    p.given(in_axes=in_axes)
+    closed = p.call("make_jaxpr of vmap of sinmul",
+                    adx.make_jaxpr(adx.vmap(z["sinmul"], in_axes)), *args[in_axes])
+    p.value("make_jaxpr of vmap of sinmul: the equations, and their outputs' types",
+            [f"{e.primitive.name}: {', '.join(v.aval.str_short() for v in e.out_binders)}"
+             for e in closed.eqns])
+    p.given()
 
 
 @adx.custom_jvp
@@ -240,21 +275,26 @@ def probe_D_3(p, custom_vjp_call_jvp):
       p.value(f"vjp of {name}: the output", out)
       p.value(f"vjp of {name}: the cotangents", p.call(f"vjp of {name}, backward", f_vjp, ct))
     flags.clear()
-    p.value("grad of mul in y only", p.call("grad of mul in y", adx.grad(
-        _scalarize(z["mul"]), 1), x, y))
-    p.value("the perturbed flags mul's fwd (symbolic_zeros=True) got, under grad in y",
+    order = _in_order(p, [("x", 0), ("y", 1)])
+    p.value("grad of mul in x only and in y only", [p.call(
+        f"grad of mul in {what}", adx.grad(_scalarize(z["mul"]), i), x, y) for what, i in order])
+    p.value("the perturbed flags mul's fwd (symbolic_zeros=True) got, under each grad",
             [list(f) for f in flags])
-    lin = p.call("linearize of vsinmul", adx.linearize, z["vsinmul"], x, y)[1].jaxpr
-    eqns = [e for e in lin.eqns if e.primitive is cd.custom_lin_p]
-    p.value("linearize of vsinmul: custom_lin equations, and their num_res",
-            [e.params["num_res"] for e in eqns])
-    lin = p.call("linearize of vsinmul in x only", adx.linearize,
-                 lambda x: z["vsinmul"](x, y), x)[1].jaxpr
-    p.value("linearize in x only: custom_lin's in_zeros, and its operands",
-            [[e.params["in_zeros"], len(e.inputs)] for e in lin.eqns
-             if e.primitive is cd.custom_lin_p])
-    p.raises("jvp of vsinmul (forward mode over a custom_vjp function)",
-             adx.jvp, z["vsinmul"], (x, y), (ct, ct))
+    only = [lambda x: z["vsinmul"](x, y), lambda y: z["vsinmul"](x, y)]
+    lins = [p.call(f"linearize of vsinmul in {what}", adx.linearize, only[i], (x, y)[i])[1].jaxpr
+            for what, i in order]
+    p.value("linearize of vsinmul in x only and in y only: custom_lin's in_zeros, "
+            "and its operands", [[[e.params["in_zeros"], len(e.inputs)] for e in lin.eqns
+                                  if e.primitive is cd.custom_lin_p] for lin in lins])
+    p.given()
+    k = int(p.rng.integers(1, 5))
+    p.given(saved=k)
+    lin = p.call("linearize of a function that saves k values", adx.linearize, _saver(k),
+                 x, y)[1].jaxpr
+    p.value("linearize of a custom_vjp function whose fwd saves k values and y: "
+            "custom_lin equations, and their num_res",
+            [e.params["num_res"] for e in lin.eqns if e.primitive is cd.custom_lin_p])
+    p.given()
     p.value("vmap of grad of vsinmul", p.call("vmap of grad", adx.vmap(
         adx.grad(_scalarize(z["vsinmul"]))), np.stack([x, y]), np.stack([y, x])))
     p.value("grad of vmap of tree", p.call("grad of vmap", adx.grad(lambda x: anp.sum(
@@ -264,9 +304,29 @@ def probe_D_3(p, custom_vjp_call_jvp):
     p.value("grad through a scan of vsinmul", p.call("grad through scan", adx.grad(
         lambda x: lax.scan(lambda c, yi: (z["vsinmul"](c, yi), None), x, np.stack([y, y]))[0]
         .sum()), x))
+    c = float(p.rng.uniform(0.5, 2.))
     closing = lambda c, x: _closed_vjp(c)(x)
-    p.raises("grad in a value that a custom_vjp function closes over",
-             adx.grad(lambda c: anp.sum(closing(c, x))), 2.)
+    _outcomes(p, "grad in c, which a custom_vjp function closes over, grad in x, and jvp "
+              "(forward mode over a custom_vjp function): what each raises",
+              [("grad in c", lambda: adx.grad(lambda c: anp.sum(closing(c, x)))(c)),
+               ("grad in x", lambda: adx.grad(lambda x: anp.sum(closing(c, x)))(x)),
+               ("jvp", lambda: adx.jvp(z["vsinmul"], (x, y), (ct, ct)))])
+
+
+def _saver(k):
+  """A custom_vjp function whose fwd saves k values and y."""
+  @adx.custom_vjp
+  def f(x, y):
+    return anp.sin(x) * y
+
+  def fwd(x, y):
+    return f(x, y), (*(anp.cos(x) * (i + 1) for i in range(k)), y)
+
+  def bwd(res, g):
+    *cs, y = res
+    return sum(cs) * y * g, g
+  f.defvjp(fwd, bwd)
+  return f
 
 
 def _closed_vjp(c):
@@ -283,13 +343,14 @@ def _closed_vjp(c):
 def probe_D_4(p, clip_norm):
   x = p.rng.normal(size=4)
   p.value("the output is the input", p.call("clip_norm(x, 1.)", clip_norm, x, 1.))
+  u = p.rng.normal(size=4)   # a second path to x, so that a zero cotangent's grad isn't 0
   for what, scale in (("a long cotangent", 10.), ("a short cotangent", 0.1),
                       ("a zero cotangent", 0.)):
     w = scale * p.rng.normal(size=4)
     for max_norm in (0.5, 2.):
-      p.value(f"grad of sum(w * clip_norm(x, {max_norm})), {what}",
-              p.call(f"grad, {what}", adx.grad(lambda x: anp.sum(w * clip_norm(x, max_norm))),
-                     x))
+      p.value(f"grad of sum(w * clip_norm(x, {max_norm})) + sum(u * x), {what}",
+              p.call(f"grad, {what}", adx.grad(
+                  lambda x: anp.sum(w * clip_norm(x, max_norm)) + anp.sum(u * x)), x))
   m = p.rng.normal(size=(2, 3)) * 5.
   p.value("vjp of clip_norm(m, 1.) for a matrix (its norm counts every element)",
           p.call("vjp for a matrix", lambda: adx.vjp(lambda m: clip_norm(m, 1.), m)[1](m)))
@@ -299,8 +360,9 @@ def probe_D_4(p, clip_norm):
           p.call("vmap of grad", adx.vmap(per_example, (None, 0)), x, ws))
   p.value("under jit", p.call("jit of grad", adx.jit(adx.grad(
       lambda x, w: anp.sum(w * clip_norm(x, 1.)))), x, ws[2]))
-  p.raises("jvp of clip_norm (a custom_vjp function: forward mode fails)",
-           adx.jvp, lambda x: clip_norm(x, 1.), (x,), (x,))
+  _outcomes(p, "jvp of clip_norm (a custom_vjp function: forward mode fails), and vjp: "
+            "what each raises", [("jvp", lambda: adx.jvp(lambda x: clip_norm(x, 1.), (x,), (x,))),
+                                 ("vjp", lambda: adx.vjp(lambda x: clip_norm(x, 1.), x))])
 
 
 # --- D.5 -----------------------------------------------------------------------------------
@@ -319,8 +381,9 @@ def probe_D_5(p, soft_threshold):
   p.value("vmap over lam of the grad in lam", p.call(
       "vmap of grad", adx.vmap(adx.grad(loss, 1), (None, 0)), x, lams))
   p.value("jit of soft_threshold", p.call("jit", adx.jit(soft_threshold), x, lam))
-  p.raises("jvp of soft_threshold (a custom_vjp function: forward mode fails)",
-           adx.jvp, soft_threshold, (x, lam), (x, lam))
+  _outcomes(p, "jvp of soft_threshold (a custom_vjp function: forward mode fails), and "
+            "vjp: what each raises", [("jvp", lambda: adx.jvp(soft_threshold, (x, lam), (x, lam))),
+                                      ("vjp", lambda: adx.vjp(soft_threshold, x, lam))])
 
 
 # --- D.6 -----------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import numpy as np
 import autodidax as adx
 import autodidax.numpy as anp
 from autodidax import batching, callback, core, effects, lax, state
+from autodidax.jaxpr import eval_jaxpr
 
 from ..probe import probe
 
@@ -64,10 +65,12 @@ def probe_S_1(p, discharge_addupdate):
     for what, f, args in [("r[...] += ..., r[1] += ..., r[0:2] += ...", _accumulate, (x, v)),
                           ("r[i] += ... with a traced i", _accumulate_traced, (x, v, i)),
                           ("r[i] += ... in a fori_loop", _accumulate_loop, (x, v))]:
-      j = adx.make_jaxpr(f)(*args).jaxpr
-      pure = p.call(f"discharging {what}", state.discharge_if_stateful, j)
-      p.value(f"{what}: the discharged jaxpr has no effects",
-              sorted(map(repr, pure.effects)))
+      closed = adx.make_jaxpr(f)(*args)
+      pure = p.call(f"discharging {what}", state.discharge_if_stateful, closed.jaxpr)
+      p.value(f"{what}: the discharged jaxpr's effects (none), and what it computes", {
+          "effects": sorted(map(repr, pure.effects)),
+          "outputs": p.call(f"running the discharged jaxpr of {what}", lambda: [
+              np.asarray(y) for y in eval_jaxpr(pure, closed.consts, *args)])})
       p.value(f"{what}: the discharged jaxpr's value",
               p.call(f"running the discharged {what}", adx.jit(f), *args))
       p.value(f"{what}: grad under jit",
@@ -130,38 +133,21 @@ def probe_S_3(p, vmap_lines, scan_lines):
 
 # --- S.4: from a Ref to a carry ------------------------------------------------------------------
 
-@adx.jit   # xs a tracer, so that xs[i] takes a traced i
-def _with_ref(xs):
-  acc = adx.new_ref(anp.zeros(xs.shape[1:], xs.dtype))
-
-  def body(i, c):
-    acc[...] += xs[i] * c
-    return c * 0.5
-  lax.fori_loop(0, xs.shape[0], body, np.asarray(1., xs.dtype))
-  return acc[...]
-
-
-def _top_primitives(f, *args) -> list:
-  return sorted({e.primitive.name for e in adx.make_jaxpr(f)(*args).jaxpr.eqns})
-
-
 @probe("S.4", answers=("as_scan",))
 def probe_S_4(p, as_scan):
-  for shape in [(4, 3), (int(p.rng.integers(2, 6)), 2, 2)]:
+  loss = lambda f: lambda xs: anp.sum(anp.sin(f(xs)))
+  for k, shape in enumerate([(int(p.rng.integers(3, 6)), 3),
+                             (int(p.rng.integers(2, 6)), 2, 2)], 1):
     xs = p.rng.normal(size=shape)
     p.given(xs=xs)
-    p.value(f"as_scan of xs{list(shape)}", p.call("as_scan(xs)", as_scan, xs))
-    p.value(f"the same as the Ref version, xs{list(shape)}",
-            np.allclose(p.call("as_scan(xs)", as_scan, xs), _with_ref(xs)))
-    loss = lambda f: lambda xs: anp.sum(anp.sin(f(xs)))
-    p.value(f"grad of as_scan, xs{list(shape)}",
-            p.call("grad of as_scan", adx.grad(loss(as_scan)), xs))
+    out = p.call("as_scan(xs)", as_scan, xs)
     j = p.call("make_jaxpr(as_scan)", adx.make_jaxpr(as_scan), xs).jaxpr
-    p.value(f"as_scan's jaxpr: effects, xs{list(shape)}", sorted(map(repr, j.effects)))
-    p.value(f"as_scan's jaxpr: one scan, xs{list(shape)}",
-            sum(e.primitive.name == "scan" for e in j.eqns))
-    p.value(f"as_scan's jaxpr: no new_ref, xs{list(shape)}",
-            "new_ref" not in _top_primitives(as_scan, xs))
+    # The jaxpr's shape, recorded with the value: alone it is the same at every seed.
+    p.value(f"xs {k}: as_scan(xs), and its jaxpr's effects, scans and new_refs", {
+        "value": out, "effects": sorted(map(repr, j.effects)),
+        "scans": sum(e.primitive.name == "scan" for e in j.eqns),
+        "new_refs": sum(e.primitive.name == "new_ref" for e in j.eqns)})
+    p.value(f"xs {k}: grad of as_scan", p.call("grad of as_scan", adx.grad(loss(as_scan)), xs))
 
 
 # --- S.5: io_callback's type and its effect ------------------------------------------------------
@@ -174,25 +160,38 @@ def probe_S_5(p, io_callback_abstract_eval, io_callback_effects):
   x = p.rng.normal(size=shape)
   p.given(x=x)
   sds = adx.ShapeDtypeStruct
-  programs = {
-      "one result, unordered": (lambda x: adx.io_callback(lambda v: v * 2., sds(x.shape, x.dtype),
-                                                          x), False),
-      "one result, ordered": (lambda x: adx.io_callback(lambda v: v * 2., sds(x.shape, x.dtype),
-                                                        x, ordered=True), True),
-      "two results of other types": (lambda x: adx.io_callback(
-          lambda v: (np.float32(v.sum()), np.zeros((2,), np.int32)),
-          (sds((), np.float32), sds((2,), np.int32)), x), False),
-  }
+  k, dtype = int(p.rng.integers(1, 4)), str(p.rng.choice(["int32", "float32"]))
+
+  def one(ordered):
+    return lambda x: adx.io_callback(lambda v: v * 2., sds(x.shape, x.dtype), x, ordered=ordered)
+
+  def two(ordered):   # results of other types than x's: a float32 scalar, `dtype`[k]
+    return lambda x: adx.io_callback(
+        lambda v: (np.float32(v.sum()), np.zeros((k,), dtype)),
+        (sds((), np.float32), sds((k,), np.dtype(dtype))), x, ordered=ordered)
+
+  # Three programs in an order drawn from the seed, ordered and unordered callbacks
+  # among them, so that each list below changes with the seed.
+  kinds = [(one, "one result"), (one, "one result"), (two, f"two results, f32[] and {dtype}[{k}]")]
+  orders = [True, False, bool(p.rng.random() < .5)]
+  programs = [(kinds[int(i)][1] + (", ordered" if o else ", unordered"), kinds[int(i)][0](o))
+              for i, o in zip(p.rng.permutation(3), p.rng.permutation(orders))]
+  effects_of, scans_of, tokens = [], [], []
   with core.abstract_eval_rules.override(callback.io_callback_p, io_callback_abstract_eval), \
        _rule(effects.effect_rules, callback.io_callback_p, io_callback_effects):
-    for what, (f, ordered) in programs.items():
-      closed = p.call(f"make_jaxpr of {what}", adx.make_jaxpr(f), x)
-      p.value(f"{what}: the jaxpr's output types",
+    for i, (what, f) in enumerate(programs, 1):
+      p.given(x=x, program=what)
+      closed = p.call(f"make_jaxpr of program {i}", adx.make_jaxpr(f), x)
+      p.value(f"program {i}: the jaxpr's output types",
               [a.str_short() for a in closed.out_avals])
-      p.value(f"{what}: the jaxpr's effects", sorted(map(repr, closed.effects)))
-      scanned = p.call(f"make_jaxpr of a scan of {what}", adx.make_jaxpr(
+      effects_of.append(sorted(map(repr, closed.effects)))
+      scanned = p.call(f"make_jaxpr of a scan of program {i}", adx.make_jaxpr(
           lambda x: lax.scan(lambda c, _: (c, f(x)), 0., None, length=2)[1]), x)
-      p.value(f"{what}: a scan of it has the effect too", sorted(map(repr, scanned.effects)))
-      p.value(f"{what}: values under jit", p.call(f"jit of {what}", adx.jit(f), x))
-      text = p.call(f"lowering {what}", lambda: adx.jit(f).lower(x).as_text())
-      p.value(f"{what}: the compiled program threads a token", "!stablehlo.token" in text)
+      scans_of.append(sorted(map(repr, scanned.effects)))
+      p.value(f"program {i}: values under jit", p.call(f"jit of program {i}", adx.jit(f), x))
+      text = p.call(f"lowering program {i}", lambda: adx.jit(f).lower(x).as_text())
+      tokens.append("!stablehlo.token" in text)
+    p.given(x=x, programs=[what for what, _ in programs])
+    p.value("each program's jaxpr: its effects", effects_of)
+    p.value("a scan of each program has its effect too", scans_of)
+    p.value("each program, compiled: does it thread a token", tokens)

@@ -113,14 +113,18 @@ def probe_M_2(p, all_gather_vmap):
 @probe("M.3", answers=("ring_psum",))
 def probe_M_3(p, ring_psum):
   r = p.rng
-  for n in (2, 3, int(r.integers(4, 8))):
+  # A ring's sums, recorded with what it bound: the counts alone would be the same at
+  # every seed, and ship as answers.
+  for k, n in enumerate((2, 3, int(r.integers(4, 8))), 1):
     x = r.normal(size=(n, 3))
+    p.given(n=n)
     with recorded_binds() as names:
-      got = p.call(f"vmap(ring_psum) over {n} elements", adx.vmap(
+      got = p.call(f"vmap(ring_psum) over ring {k}'s n elements", adx.vmap(
           lambda v: ring_psum(v, "i"), axis_name="i"), x)
-    p.value(f"{n} elements: the sum", got)
-    p.value(f"{n} elements: ppermutes bound", names.count("ppermute"))
-    p.value(f"{n} elements: no psum (or pmean) bound", "psum" not in names)
+    p.value(f"ring {k}: the sum, the ppermutes bound, and no psum (or pmean) bound",
+            {"the sum": got, "ppermutes": names.count("ppermute"),
+             "no psum": "psum" not in names})
+  p.given()
   n = int(r.integers(3, 6))
   x, c = r.normal(size=(n, 2)), r.normal(size=(n, 2))
   g = p.call("vmap(grad(...)) through the ring", adx.vmap(adx.grad(
@@ -132,10 +136,10 @@ def probe_M_3(p, ring_psum):
                             out_specs=P("i")))
   with recorded_binds() as names:
     got = p.call("jit(shard_map(ring_psum)) on 8 devices", f, u)
-  p.value("8 devices: the sums", got)
-  p.value("8 devices: ppermutes bound", names.count("ppermute"))
   hlo = p.call("compiling the ring on 8 devices", lambda: f.lower(u).compile().as_text())
-  p.value("8 devices: the collectives XLA runs", _collectives(hlo))
+  p.value("8 devices: the sums, the ppermutes bound, and the collectives XLA runs",
+          {"the sums": got, "ppermutes": names.count("ppermute"),
+           "collectives": _collectives(hlo)})
   grid = _mesh(p, (4, 2), ("data", "model"))
   for axis in ("data", "model"):
     h = adx.shard_map(lambda v, a=axis: ring_psum(v, a), mesh=grid, in_specs=P("data", "model"),
@@ -148,28 +152,32 @@ def _layer(x, W):
   return anp.tanh(x @ W)
 
 
-def _run_layout(p, what, layout, mesh, x, W, held=("y",)):
-  """Compile the layer with `layout`; record its collectives, how much of
-  the arrays in `held` each device holds, and the values."""
+def _run_layout(p, what, layout, mesh, x, W, held=("y",), x_spec=None):
+  """Compile the layer with `layout`; record, with y's values, its collectives, how much
+  of the arrays in `held` each device holds, and how many different pieces of y there are
+  (for a right layout these are the same at every seed: alone, they'd answer the case),
+  and whether x is laid out as `x_spec` (if given)."""
   keys = ("x", "W", "y")
   if not isinstance(layout, dict) or sorted(layout) != sorted(keys):
-    p.value(f"{what}: a dict with the keys x, W and y", False)
+    p.value(f"{what}: the layer's y, collectives and pieces",
+            f"not a dict with the keys x, W and y but {type(layout).__name__}")
     return
   S = {k: p.call(f"{what}: NamedSharding(mesh, layout[{k!r}])", NamedSharding, mesh, layout[k])
        for k in keys}
   f = adx.jit(_layer, in_shardings=(S["x"], S["W"]), out_shardings=S["y"])
   hlo = p.call(f"{what}: compiling the layer", lambda: f.lower(x, W).compile().as_text())
-  p.value(f"{what}: the collectives in the partitioned program", _collectives(hlo))
   y = p.call(f"{what}: running the layer", f, x, W)
-  p.value(f"{what}: y", y, rtol=1e-5, atol=1e-6)
+  got = {"y": y, "the collectives in the partitioned program": _collectives(hlo)}
   for name in held:
     arr = {"W": W, "y": y}[name]
     shard = S[name].shard_shape(np.shape(arr))
-    p.value(f"{what}: the fraction of {name} each device holds",
-            int(np.prod(shard)) / int(np.size(arr)))
+    got[f"the fraction of {name} each device holds"] = int(np.prod(shard)) / int(np.size(arr))
   tiles = {tuple((s.start, s.stop) for s in ix)
            for ix in S["y"].devices_indices_map(np.shape(y)).values()}
-  p.value(f"{what}: how many different pieces of y the devices hold", len(tiles))
+  got["how many different pieces of y the devices hold"] = len(tiles)
+  if x_spec is not None:
+    got[f"x is {x_spec}"] = layout["x"] == x_spec
+  p.value(f"{what}: the layer's y, collectives and pieces", got, rtol=1e-5, atol=1e-6)
 
 
 @probe("M.4", answers=("no_communication", "contraction_split"))
@@ -179,10 +187,8 @@ def probe_M_4(p, no_communication, contraction_split):
   x = r.normal(size=(16, 8)).astype(np.float32)
   W = r.normal(size=(8, 12)).astype(np.float32)
   _run_layout(p, "no_communication", no_communication, mesh, x, W)
-  if isinstance(contraction_split, dict):
-    p.value("contraction_split: x is P('data', 'model')",
-            contraction_split.get("x") == P("data", "model"))
-  _run_layout(p, "contraction_split", contraction_split, mesh, x, W, held=("W", "y"))
+  _run_layout(p, "contraction_split", contraction_split, mesh, x, W, held=("W", "y"),
+              x_spec=P("data", "model"))
 
 
 # M.5's programs: x, f32[16, 8] on the 4 x 2 mesh, laid out as `in_spec`, and the result
@@ -299,25 +305,36 @@ def probe_M_6(p, dot_general_sharding_rule):
     except sharding_rules.ShardingTypeError:
       return "ShardingTypeError"
 
+  cases = []
+  for k in range(12):
+    xs, ys, dn = M6_DOTS[k % len(M6_DOTS)]
+    x_spec = [M6_AXES[i] for i in p.rng.integers(0, 4, len(xs))]
+    y_spec = [M6_AXES[i] for i in p.rng.integers(0, 4, len(ys))]
+    if len(set(a for a in x_spec if a)) < len([a for a in x_spec if a]):
+      x_spec = [x_spec[0], *[None] * (len(xs) - 1)]
+    if len(set(a for a in y_spec if a)) < len([a for a in y_spec if a]):
+      y_spec = [None] * (len(ys) - 1) + [y_spec[-1]]
+    cases.append((xs, ys, dn, x_spec, y_spec))
+  # One product whose result would have two dimensions cut by one mesh axis, at a place
+  # drawn from the seed: a matrix product or an outer product, over either axis.
+  axis = str(p.rng.choice(["data", "model"]))
+  xs, ys, dn = M6_DOTS[(0, 4)[int(p.rng.integers(2))]]
+  cases.insert(int(p.rng.integers(len(cases) + 1)),
+               (xs, ys, dn, [axis, *[None] * (len(xs) - 1)], [None] * (len(ys) - 1) + [axis]))
   with core.sharding_rules.override(lax.dot_general_p, dot_general_sharding_rule):
-    for k in range(12):
-      xs, ys, dn = M6_DOTS[k % len(M6_DOTS)]
-      x_spec = [M6_AXES[i] for i in p.rng.integers(0, 4, len(xs))]
-      y_spec = [M6_AXES[i] for i in p.rng.integers(0, 4, len(ys))]
-      if len(set(a for a in x_spec if a)) < len([a for a in x_spec if a]):
-        x_spec = [x_spec[0], *[None] * (len(xs) - 1)]
-      if len(set(a for a in y_spec if a)) < len([a for a in y_spec if a]):
-        y_spec = [None] * (len(ys) - 1) + [y_spec[-1]]
+    for k, (xs, ys, dn, x_spec, y_spec) in enumerate(cases):
       p.given(x=f"f32{list(xs)} cut by {x_spec}", y=f"f32{list(ys)} cut by {y_spec}",
               dimension_numbers=dn)
       label = f"product {k + 1}"
       p.value(label, p.call(label, result_type, put(xs, x_spec), put(ys, y_spec), dn))
-    whole = NamedSharding(mesh, P("data", None))
+    # A contracting dimension cut, and an out_sharding drawn from the seed.
+    out = [P("data", None), P(None, "data"), P("model", None), P(None, "model"), P()]
+    out = out[int(p.rng.integers(len(out)))]
     p.given(x="f32[8, 8] cut by ['data', 'model']", y="f32[8, 16] cut by ['model', None]",
-            dimension_numbers=M6_DOTS[0][2])
-    label = "with out_sharding=P('data', None)"
+            dimension_numbers=M6_DOTS[0][2], out_sharding=out)
+    label = "with out_sharding"
     p.value(label, p.call(label, result_type, put((8, 8), ("data", "model")),
-                          put((8, 16), ("model",)), M6_DOTS[0][2], whole))
+                          put((8, 16), ("model",)), M6_DOTS[0][2], NamedSharding(mesh, out)))
 
 
 M7_AXES = [None, "data", "model"]
@@ -325,10 +342,23 @@ M7_AXES = [None, "data", "model"]
 
 @probe("M.7", answers=("predict_vma",))
 def probe_M_7(p, predict_vma):
-  for k in range(8):
+  pick = lambda *options: options[int(p.rng.integers(len(options)))]
+  cases = []
+  for _ in range(4):
     axis_a, axis_w = (M7_AXES[i] for i in p.rng.integers(0, 3, 2))
-    op = ("mul", "psum")[int(p.rng.integers(0, 2))]
-    axis = ("data", "model")[int(p.rng.integers(0, 2))]
+    cases.append((axis_a, axis_w, pick("mul", "psum"), pick("data", "model")))
+  # Four cases every seed draws, each with mesh axes drawn from the seed: `a` varies along
+  # an axis that `w` doesn't (w's cotangent is summed along it); a psum along an axis that
+  # neither varies along (its transpose is a psum too); a psum along an axis that one of
+  # them varies along; `a` and `w` varying along the same axis. All in a seeded order.
+  one, other = pick(("data", "model"), ("model", "data"))
+  cases += [(one, pick(None, other), pick("mul", "psum"), pick(one, other)),
+            (pick(None, one), None, "psum", other),
+            pick((one, None, "psum", one), (one, other, "psum", one), (None, one, "psum", one),
+                 (other, one, "psum", one)),
+            (one, one, pick("mul", "psum"), pick(one, other))]
+  cases = [cases[int(i)] for i in p.rng.permutation(len(cases))]
+  for k, (axis_a, axis_w, op, axis) in enumerate(cases):
     p.given(axis_a=axis_a, axis_w=axis_w, op=op, axis=axis)
     label = f"case {k + 1}"
     got = p.call(label, predict_vma, axis_a, axis_w, op, axis)

@@ -13,7 +13,7 @@ from autodidax import lax
 from autodidax.ad_checkpoint import checkpoint_name, name_p
 from autodidax.core import ShapedArray
 
-from ..probe import probe
+from ..probe import probe, short
 
 P = adx.checkpoint_policies
 F32, F64 = np.dtype("float32"), np.dtype("float64")
@@ -32,61 +32,82 @@ def _census(eqns) -> str:
   return ", ".join(name if n == 1 else f"{name} ×{n}" for name, n in sorted(counts.items()))
 
 
-def _mlp(x, w, v):
-  h = checkpoint_name(anp.tanh(x @ w), "h")
-  return anp.sum(anp.sin(h @ v) * h[:, :2])
+def _mlp(x, ws, v):              # ws: one matrix per hidden layer, each output named h
+  for w in ws:
+    x = checkpoint_name(anp.tanh(x @ w), "h")
+  return anp.sum(anp.sin(x @ v) * x[:, :2])
 
 
-def _with_jit(x, w, v):          # a jitted piece inside: split_eqn splits it
+def _with_jit(x, ws, v):         # a jitted piece per layer: split_eqn splits it
   inner = adx.jit(lambda x, w: anp.exp(anp.sin(x @ w)))
-  return anp.sum(inner(x, w) @ v)
+  for w in ws:
+    x = inner(x, w)
+  return anp.sum(x @ v)
 
 
-def _chain(x, w, v):
-  for _ in range(3):
+def _chain(x, ws, v):
+  for w in ws:
     x = anp.cos(x @ w) * x
   return anp.sum(x @ v)
+
+
+FUNCTIONS = [("an MLP", _mlp), ("a chain of layers", _chain), ("jitted layers", _with_jit)]
 
 
 @probe("R.1", answers=("split_by_policy",),
        removes={"autodidax.ad_checkpoint:split_by_policy": "split_by_policy"})
 def probe_R_1(p, split_by_policy):
-  x, w = p.rng.normal(size=(3, 4)), p.rng.normal(size=(4, 4)) / 2
-  v = p.rng.normal(size=(4, 2))
+  # Each function gets 1 to 3 layers, and the JVP's primal inputs are each unknown at
+  # random (its tangents always are): the seed decides what the split sees.
+  layers = {fname: int(p.rng.integers(1, 4)) for fname, _ in FUNCTIONS}
+  x, v = p.rng.normal(size=(3, 4)), p.rng.normal(size=(4, 2))
+  wss = {fname: tuple(p.rng.normal(size=(4, 4)) / 2 for _ in range(n))
+         for fname, n in layers.items()}
   policies = [("nothing_saveable", P.nothing_saveable),
               ("everything_saveable", P.everything_saveable),
               ("dots_saveable", P.dots_saveable),
               ("save_only_these_names('h')", P.save_only_these_names("h"))]
-  for fname, f in [("an MLP layer", _mlp), ("a chain of three layers", _chain)]:
-    n = 3
-    jvp = adx.make_jaxpr(lambda *a: adx.jvp(f, a[:n], a[n:]))(x, w, v, x, w, v).jaxpr
+  for fname, f in FUNCTIONS[:2]:
+    ws, n = wss[fname], layers[fname] + 2
+    unflat = lambda a: (a[0], a[1:-1], a[-1])
+    g = lambda *a: adx.jvp(f, unflat(a[:n]), unflat(a[n:]))
+    jvp = adx.make_jaxpr(g)(x, *ws, v, x, *ws, v).jaxpr
+    in_unknowns = [bool(u) for u in p.rng.random(n) < .3] + [True] * n
+    p.given(layers=layers[fname], in_unknowns=in_unknowns)
     for pname, policy in policies:
       what = f"split_by_policy of the JVP of {fname}, policy {pname}"
-      out = p.call(what, split_by_policy, jvp, [False] * n + [True] * n, policy)
-      ok = isinstance(out, (tuple, list)) and len(out) == 3
-      p.value(f"{what}: returns three things", ok)
-      if not ok:
+      out = p.call(what, split_by_policy, jvp, in_unknowns, policy)
+      if not (isinstance(out, (tuple, list)) and len(out) == 3):
+        p.value(f"{what}: the primitives that run now",
+                f"not three things but {type(out).__name__} {short(out)}")
         return
       known, staged, out_uk = out
       p.value(f"{what}: the primitives that run now", _census(known))
       p.value(f"{what}: the primitives staged", _census(staged))
       p.value(f"{what}: which outputs are unknown", list(out_uk))
-  jaxpr = adx.make_jaxpr(lambda a, b: (a * 2., b, 3., anp.sin(a) + b))(1., 2.).jaxpr
+  outs = [lambda a, b: a * 2., lambda a, b: b, lambda a, b: 3.,
+          lambda a, b: anp.sin(a) + b]
+  order = [int(i) for i in p.rng.permutation(4)]
+  in_unknowns = [False, bool(p.rng.random() < .5)]   # a known: its product with a literal too
+  jaxpr = adx.make_jaxpr(lambda a, b: tuple(outs[i](a, b) for i in order))(1., 2.).jaxpr
+  p.given(outputs=[["a * 2.", "b", "3.", "sin(a) + b"][i] for i in order],
+          in_unknowns=in_unknowns)
   p.value("split_by_policy with a literal output and an input as an output",
-          p.call("split_by_policy with literals", split_by_policy, jaxpr, [False, True],
+          p.call("split_by_policy with literals", split_by_policy, jaxpr, in_unknowns,
                  P.nothing_saveable)[2])
-  for pname, policy in policies:
-    for fname, f in [("an MLP layer", _mlp), ("a chain of three layers", _chain),
-                     ("a jitted piece inside", _with_jit)]:
+  for fname, f in FUNCTIONS:
+    p.given(layers=layers[fname])
+    for pname, policy in policies:
       ck = adx.checkpoint(f, policy=policy)
       p.value(f"grad of checkpoint({fname}), policy {pname}",
-              p.call(f"grad of checkpoint({fname})", adx.grad(ck, (0, 1, 2)), x, w, v))
+              p.call(f"grad of checkpoint({fname})", adx.grad(ck, (0, 1, 2)), x, wss[fname], v))
       p.value(f"residuals saved by checkpoint({fname}), policy {pname}",
-              p.call(f"linearize of checkpoint({fname})", _residual_count, ck, x, w, v))
-  xs = p.rng.normal(size=(4, 3, 4))
+              p.call(f"linearize of checkpoint({fname})", _residual_count, ck, x, wss[fname], v))
+  p.given()
+  xs, w = p.rng.normal(size=(4, 3, 4)), p.rng.normal(size=(4, 4)) / 2
 
   def scanned(xs, w):
-    body = adx.checkpoint(lambda c, x: (c + _mlp(x, w, v), anp.sum(x)),
+    body = adx.checkpoint(lambda c, x: (c + _mlp(x, (w,), v), anp.sum(x)),
                           policy=P.dots_saveable)
     return lax.scan(body, 0., xs)[0]
   p.value("jit(grad) of scan(checkpoint(body))",
@@ -96,70 +117,85 @@ def probe_R_1(p, split_by_policy):
 
 # --- R.2: a policy, and two of them ---------------------------------------------------------
 
-def _dot_cases():
+def _dot_case(rng):
+  """A random dot_general: (what, avals, dimension_numbers), batched on neither side, on
+  both, or (as the library's batching rule may leave it) on the left only."""
   f = lambda *shape: ShapedArray(shape, F32)
-  return [  # (what, avals, dimension_numbers)
-      ("a matrix product", (f(2, 3), f(3, 4)), (((1,), (0,)), ((), ()))),
-      ("a matrix-vector product", (f(2, 3), f(3)), (((1,), (0,)), ((), ()))),
-      ("a batched matrix product", (f(5, 2, 3), f(5, 3, 4)), (((2,), (1,)), ((0,), (0,)))),
-      ("an outer product", (f(2), f(3)), (((), ()), ((), ()))),
-      ("a product batched on the left only", (f(5, 2, 3), f(5, 3)),
-       (((2,), (1,)), ((0,), (0,)))),
-  ]
+  m, k, n, b = (int(d) for d in rng.integers(2, 6, size=4))
+  kind = str(rng.choice(["a matrix product", "a matrix-vector product", "an outer product",
+                         "a batched matrix product", "a product batched on the left only"]))
+  return {"a matrix product": (kind, (f(m, k), f(k, n)), (((1,), (0,)), ((), ()))),
+          "a matrix-vector product": (kind, (f(m, k), f(k)), (((1,), (0,)), ((), ()))),
+          "an outer product": (kind, (f(m), f(n)), (((), ()), ((), ()))),
+          "a batched matrix product": (kind, (f(b, m, k), f(b, k, n)),
+                                       (((2,), (1,)), ((0,), (0,)))),
+          "a product batched on the left only": (kind, (f(b, m, k), f(b, k)),
+                                                 (((2,), (1,)), ((0,), (0,))))}[kind]
+
+
+def _policy_cases(rng) -> list[tuple]:
+  """Equations to ask a policy about, in a random order: (what, prim, avals, params).
+  Four random dot_generals, a value named by a random name, and sin, mul, reduce_sum."""
+  a = ShapedArray((int(rng.integers(2, 6)),), F64)
+  cases = [(what, lax.dot_general_p, avals, {"dimension_numbers": dn})
+           for what, avals, dn in (_dot_case(rng) for _ in range(4))]
+  name = str(rng.choice(["h", "g", "z", "k"]))
+  cases += [(f"a value named {name}", name_p, (a,), {"name": name}),
+            ("sin", lax.sin_p, (a,), {}), ("mul", lax.mul_p, (a, a), {}),
+            ("reduce_sum", lax.reduce_sum_p, (a,), {"axes": (0,)})]
+  return [cases[int(i)] for i in rng.permutation(len(cases))]
+
+
+def _ask(p, label, policy, cases, bools=True):
+  """Ask `policy` about each case; record the answers as one list."""
+  p.given(equations=[f"{what}: {', '.join(a.str_short() for a in avals)}"
+                     for what, _, avals, _ in cases])
+  answers = []
+  for i, (_, prim, avals, params) in enumerate(cases, 1):
+    got = p.call(f"{label} on equation {i}", policy, prim, *avals, **params)
+    answers.append(got if not bools or type(got) is bool
+                   else f"not a bool but {got!r}, of type {type(got).__name__}")
+  p.value(f"{label} on each equation", answers)
+  p.given()
 
 
 @probe("R.2", answers=("weights_products", "either"),
        removes={"autodidax.ad_checkpoint:DotsSaveable.__call__": None,
                 "autodidax.ad_checkpoint:SaveFromBothPolicies.__call__": None})
 def probe_R_2(p, weights_products, either):
-  for what, avals, dn in _dot_cases():
-    p.given(operands=tuple(a.str_short() for a in avals), dimension_numbers=dn)
-    p.value(f"weights_products of {what}",
-            p.call(f"weights_products of {what}", weights_products, lax.dot_general_p, *avals,
-                   dimension_numbers=dn))
-  p.given()
-  a = ShapedArray((3,), F64)
-  for prim, params in [(lax.sin_p, {}), (lax.mul_p, {}), (lax.reduce_sum_p, {"axes": (0,)}),
-                       (name_p, {"name": "h"})]:
-    p.value(f"weights_products of {prim.name}",
-            p.call(f"weights_products of {prim.name}", weights_products, prim, a, **params))
+  _ask(p, "weights_products", weights_products, _policy_cases(p.rng), bools=False)
   names = lambda *ns: (lambda prim, *avals, **params: prim is name_p and params["name"] in ns)
   mul_only = lambda prim, *avals, **params: 1 if prim is lax.mul_p else 0   # truthy ints
   both = p.call("either(weights_products, a policy saving names)", either, weights_products,
                 names("h", "g"))
   trio = p.call("either(mul_only, either(...))", either, mul_only, both)
-  dots = _dot_cases()
-  cases = [(dots[0][0], lax.dot_general_p, dots[0][1], {"dimension_numbers": dots[0][2]}),
-           (dots[2][0], lax.dot_general_p, dots[2][1], {"dimension_numbers": dots[2][2]}),
-           ("a value named h", name_p, (a,), {"name": "h"}),
-           ("a value named z", name_p, (a,), {"name": "z"}),
-           ("mul", lax.mul_p, (a, a), {}), ("sin", lax.sin_p, (a,), {})]
-  for what, prim, avals, params in cases:
-    got = p.call(f"the combined policy on {what}", both, prim, *avals, **params)
-    p.value(f"either(weights_products, names h and g) on {what}: a bool",
-            type(got) is bool and got)
-    got = p.call(f"the combination of three on {what}", trio, prim, *avals, **params)
-    p.value(f"either(mul_only, ...) on {what}: True or False", got if type(got) is bool
-            else f"not a bool but {got!r}, of type {type(got).__name__}")
+  cases = _policy_cases(p.rng)
+  _ask(p, "either(weights_products, names h and g)", both, cases)
+  _ask(p, "either(mul_only, either(...)), mul_only answering 1 or 0,", trio, cases)
 
-  x, w = p.rng.normal(size=(4, 3)), p.rng.normal(size=(3, 3)) / 2
-  v = p.rng.normal(size=(4, 3, 3)) / 2
+  layers = int(p.rng.integers(1, 4))
+  x, v = p.rng.normal(size=(4, 3)), p.rng.normal(size=(4, 3, 3)) / 2
+  ws = tuple(p.rng.normal(size=(3, 3)) / 2 for _ in range(layers))
 
-  def model(x, w, v):
-    h = checkpoint_name(anp.sin(x @ w), "h")
-    g = anp.reshape(anp.reshape(h, (4, 1, 3)) @ v, (4, 3))   # batched
-    return anp.sum(anp.tanh(g) * h)
+  def model(x, ws, v):
+    for w in ws:
+      h = checkpoint_name(anp.sin(x @ w), "h")
+      g = anp.reshape(anp.reshape(h, (4, 1, 3)) @ v, (4, 3))   # batched
+      x = anp.tanh(g) * h
+    return anp.sum(x)
 
+  p.given(layers=layers)
   for what, policy in [("weights_products", weights_products), ("either", both),
                        ("either of three", trio)]:
     ck = adx.checkpoint(model, policy=policy)
     p.value(f"grad of checkpoint(model, {what})",
-            p.call(f"grad with {what}", adx.grad(ck, (0, 1, 2)), x, w, v))
+            p.call(f"grad with {what}", adx.grad(ck, (0, 1, 2)), x, ws, v))
     p.value(f"residuals saved with {what}",
-            p.call(f"linearize with {what}", _residual_count, ck, x, w, v))
+            p.call(f"linearize with {what}", _residual_count, ck, x, ws, v))
   p.value("jit(grad) with either",
           p.call("jit(grad) with either", adx.jit(adx.grad(adx.checkpoint(model, policy=both))),
-                 x, w, v))
+                 x, ws, v))
+  p.given()
 
 
 # --- R.3: predict the saved residuals ----------------------------------------------------------
@@ -189,7 +225,8 @@ def _residual_cases(rng) -> list[tuple]:
   """Eight (ops, policy): three chains without a checkpoint, which use every op between
   them; one with everything saveable, where an op's output is saved for the next op
   after a value made for its own tangent; then a checkpoint, two that save h, and a
-  chain that starts with the same op twice (two values, saved by the same primitive)."""
+  chain that starts with the same op twice (two values, saved by the same primitive); in a
+  random order, so that no case's answer is the same at every seed."""
   pick = lambda ops, n=None: [str(op) for op in rng.choice(ops, n)] if n else str(rng.choice(ops))
   pool = [*NONLINEAR, "name", *pick(NONLINEAR, 2)]
   rng.shuffle(pool)
@@ -203,7 +240,7 @@ def _residual_cases(rng) -> list[tuple]:
   cases.append((edge, "save_only_these_names('h')"))
   twice = pick(("sin", "cos", "tanh", "exp"))   # two ops that each save a value of one kind
   cases.append(((twice, twice, pick(NONLINEAR)), None))
-  return cases
+  return [cases[int(i)] for i in rng.permutation(len(cases))]
 
 
 @probe("R.3", answers=("predict_residuals",),
@@ -277,14 +314,18 @@ def probe_R_4(p, budget_loss):
     grads = p.call(f"{'jit(grad' if n == MEMORY_DEPTH else '(grad'}(budget_loss)), {n} layers",
                    grad, ws, x)
     picks = [tuple(int(p.rng.integers(k)) for k in w.shape) for w in ws for _ in range(4)]
-    p.value(f"{n} layers: the gradient, each layer's norm and a few entries",
-            p.call(f"the gradient of budget_loss, {n} layers", _gradient_summary, grads, picks),
-            rtol=2e-4, atol=1e-5)
+    summary = p.call(f"the gradient of budget_loss, {n} layers", _gradient_summary, grads, picks)
     if n != MEMORY_DEPTH:
+      p.value(f"{n} layers: the gradient, each layer's norm and a few entries", summary,
+              rtol=2e-4, atol=1e-5)
       continue
+    # The budget, recorded with this seed's gradient: a yes alone would be the same at
+    # every seed, so it would ship as the answer.
     mine = p.call(f"compiling jit(grad(budget_loss)), {n} layers", _temp, grad, ws, x)
     plain = _temp(_PLAIN_GRAD, ws, x)
-    p.value(f"{n} layers: temp memory at most half of plain_loss's", mine * 2 <= plain,
+    summary["temp memory at most half of plain_loss's"] = mine * 2 <= plain
+    p.value(f"{n} layers: the gradient, and temp memory at most half of plain_loss's", summary,
+            rtol=2e-4, atol=1e-5,
             detail=f"temp memory: yours {mine:,} bytes, plain_loss's {plain:,}, "
                    f"the limit {plain // 2:,}")
 
@@ -309,15 +350,15 @@ def barrier_program(blocks, differentiated):
 def _barrier_cases(rng) -> list[tuple]:
   """Six (blocks, differentiated): three differentiated programs of three blocks, which use
   every block between them, one of two blocks, and two that aren't differentiated (the
-  first with a checkpoint that prevents CSE)."""
+  first with a checkpoint that prevents CSE), in a random order."""
   pick = lambda n, blocks=tuple(BLOCKS): [str(b) for b in rng.choice(blocks, n)]
   pool = [*BLOCKS, *pick(5)]
   rng.shuffle(pool)
   cases = [(tuple(pool[i:i + 3]), True) for i in (0, 3, 6)]
   undifferentiated = [*pick(1, ("checkpoint", "nested")), *pick(2)]
   rng.shuffle(undifferentiated)
-  return cases + [(tuple(pick(2)), True), (tuple(undifferentiated), False),
-                  (tuple(pick(2)), False)]
+  cases += [(tuple(pick(2)), True), (tuple(undifferentiated), False), (tuple(pick(2)), False)]
+  return [cases[int(i)] for i in rng.permutation(len(cases))]
 
 
 @probe("R.5", answers=("BARRIER", "count_barriers"))
