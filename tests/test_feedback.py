@@ -216,7 +216,9 @@ def _compile_each_program_once():
   from autodidax import runtime
   compile, compile_spmd, loaded = runtime.compile, runtime.compile_spmd, {}
 
-  def compile_once(text, platform=None):
+  def compile_once(text, platform=None, host_callbacks=()):
+    if host_callbacks:   # the callbacks are this call's own functions: no sharing
+      return compile(text, platform, host_callbacks)
     key = (text, platform or runtime.default_platform())
     if key not in loaded:
       loaded[key] = compile(text, key[1])._loaded

@@ -387,12 +387,17 @@ class Workspace:
     with self.lock:
       if (part, exercise) not in self.editions:
         spec = probes.spec(part, exercise)
-        dest = self.root / "editions" / part / exercise.replace(".", "_")
-        dest.mkdir(parents=True)
-        pkg = build_edition(dest, {t: (exercise, name, spec.answers)
-                                   for t, name in spec.removes.items()})
-        self.editions[part, exercise] = package(pkg, dest.with_suffix(".zip"), ZIP_INSIDE)
-        shutil.rmtree(dest)
+        final = self.root / "editions" / part / f"{exercise.replace('.', '_')}.zip"
+        final.parent.mkdir(parents=True, exist_ok=True)
+        if not final.exists():   # built apart, then renamed into place: whoever wins, a whole zip
+          work = Path(tempfile.mkdtemp(dir=final.parent, prefix=".building-"))
+          try:
+            pkg = build_edition(work, {t: (exercise, name, spec.answers)
+                                       for t, name in spec.removes.items()})
+            os.replace(package(pkg, work / "edition.zip", ZIP_INSIDE), final)
+          finally:
+            shutil.rmtree(work, ignore_errors=True)
+        self.editions[part, exercise] = final
       return self.editions[part, exercise]
 
   def run(self, part: str, exercise: str, cells: list[dict], seed: int) -> Outcome:
