@@ -290,10 +290,10 @@ def probe_2_5(p, nth_name, pp_eqn):
     p.given(n=ns)
     p.value(f"nth_name(n) for three n near edge #{i}: (n, name)",
             p.call(f"nth_name near edge #{i}", lambda: [(n, nth_name(n)) for n in ns]))
-  order = [int(n) for n in p.rng.permutation(800)]
+  some = [int(n) for n in p.rng.choice(800, size=100, replace=False)]
   p.given()
-  p.value("nth_name(n) for every n < 800, in a seeded order: (n, name)",
-          p.call("nth_name(n) for n < 800", lambda: [(n, nth_name(n)) for n in order]))
+  p.value("nth_name(n) for 100 n < 800: (n, name)",
+          p.call("nth_name(n) for n < 800", lambda: [(n, nth_name(n)) for n in some]))
   for i, n in enumerate(p.rng.integers(800, 10**6, size=6)):
     p.given(n=int(n))
     p.value(f"nth_name of a large n (#{i}): (n, name)",
