@@ -25,6 +25,16 @@ def _undef(shape, dtype=F64):
   return UndefPrimal(ShapedArray(tuple(shape), dtype))
 
 
+def _or_error(fn, *args, **kwargs):
+  """`fn(*args, **kwargs)`, or the error it raises, by name (NotImplementedError goes through)."""
+  try:
+    return fn(*args, **kwargs)
+  except NotImplementedError:
+    raise
+  except Exception as e:  # noqa: BLE001 (the learner's code)
+    return f"raises {type(e).__name__}"
+
+
 def _one_entry(p, what, out):
   """Record that a rule returned a list of one cotangent; that cotangent."""
   ok = isinstance(out, (list, tuple)) and len(out) == 1
@@ -83,12 +93,19 @@ def probe_4_2(p, mul_transpose):
               f"the other a {type(known).__name__} of shape {np.shape(known)}")
       out = p.call(what, mul_transpose, ct, x, y)
       ok = isinstance(out, (list, tuple)) and len(out) == 2
-      p.value(f"{what}: returns a list of two entries", ok)
-      if ok:
-        p.value(f"{what}: which entries are None", [o is None for o in out])
-        p.value(f"{what}: the linear operand's cotangent", out[0 if linear == "x" else 1])
-  p.raises("mul_transpose with both operands linear", mul_transpose,
-           np.ones(3), _undef((3,)), _undef((3,)))
+      p.value(f"{what}: whether it returns a list of two entries, which are None, and the "
+              "linear operand's cotangent",
+              (ok, [o is None for o in out], out[0 if linear == "x" else 1]) if ok else (ok,))
+  n = int(p.rng.integers(2, 6))
+  ct, known = p.rng.normal(size=n), p.rng.normal(size=n)
+  pair = [("both operands linear", (ct, _undef((n,)), _undef((n,)))),
+          ("x linear, y known", (ct, _undef((n,)), known))]
+  for k, i in enumerate(p.rng.permutation(2)):   # in a seeded order
+    what, args = pair[i]
+    p.given(case=what, n=n)
+    p.value(f"mul_transpose, seeded case #{k}: its cotangents, or the error raised",
+            p.call(f"mul_transpose, seeded case #{k}", _or_error, mul_transpose, *args))
+  p.given()
 
   v, m, s = p.rng.normal(size=3), p.rng.normal(size=(2, 3)), float(p.rng.normal())
   fns = [("x * 3.", lambda x: x * 3., (v,)),
@@ -309,10 +326,9 @@ def probe_4_6(p, grad):
     calls.clear()
     g = p.call(f"grad(f, argnums={argnums})", grad, counted(f), argnums)
     got = p.call(f"grad of {what}", g, *args)
-    p.value(f"grad of {what}: the type of the result", type(got).__name__
-            if isinstance(got, (tuple, list, dict)) else "an array or scalar")
-    p.value(f"grad of {what}", got)
-    p.value(f"grad of {what}: f called once", len(calls))
+    p.value(f"grad of {what}: the type of the result, the result, and how often it called f",
+            (type(got).__name__ if isinstance(got, (tuple, list, dict)) else "an array or scalar",
+             got, len(calls)))
 
   params = {"w": m, "b": p.rng.normal(size=2)}
   loss = lambda q, x: anp.sum(anp.tanh(q["w"] @ x + q["b"]) ** 2)
@@ -323,12 +339,23 @@ def probe_4_6(p, grad):
   x0 = float(p.rng.normal())
   p.value("grad of grad of sin(x) x^2",
           p.call("grad of grad", grad(grad(lambda x: anp.sin(x) * x * x)), x0))
-  for what, f in [("a vector output", lambda x: anp.sin(x)),
-                  ("a tuple output", lambda x: (anp.sum(x), anp.sum(x))),
-                  ("a (1,)-shaped output", lambda x: anp.sum(x, keepdims=True)),
-                  ("an integer output", lambda x: anp.astype(anp.sum(x), np.int32)),
-                  ("a bool output", lambda x: anp.sum(x) > 0.)]:
-    p.raises(f"grad of a function with {what}", lambda f=f: grad(f)(v))
+  outputs = [   # grad refuses the first five, in a seeded order with the others
+      ("a vector output", lambda x: anp.sin(x)),
+      ("a tuple output", lambda x: (anp.sum(x), anp.sum(x))),
+      ("a (1,)-shaped output", lambda x: anp.sum(x, keepdims=True)),
+      ("an integer output", lambda x: anp.astype(anp.sum(x), np.int32)),
+      ("a bool output", lambda x: anp.sum(x) > 0.),
+      ("a scalar output", lambda x: anp.sum(anp.sin(x))),
+      ("a 0-d float32 output", lambda x: anp.astype(anp.sum(x * x), np.float32)),
+      ("an output of shape ()", lambda x: anp.reshape(anp.sum(anp.cos(x)), ())),
+      ("a scalar output built from an integer", lambda x: anp.sum(x) * 3),
+  ]
+  for k, i in enumerate(p.rng.permutation(len(outputs))):
+    what, f = outputs[i]
+    p.given(output=what)
+    p.value(f"grad of a function, seeded case #{k}: the gradient, or the error raised",
+            p.call(f"grad of a function, seeded case #{k}", _or_error, lambda: grad(f)(v)))
+  p.given()
 
 
 def _count(x):
@@ -372,8 +399,9 @@ def probe_4_7(p, naive_binds, fast_grad, VJP_RULES):
     return z
 
   a = float(p.rng.uniform(0.3, 0.6))
-  programs = [("the chain, n=3", lambda x: chain(x, 3), (a,)),
-              ("the chain, n=12", lambda x: chain(x, 12), (a,)),
+  short, long = int(p.rng.integers(2, 6)), int(p.rng.integers(10, 16))
+  programs = [("the chain, a short n", lambda x: chain(x, short), (a,)),
+              ("the chain, a long n", lambda x: chain(x, long), (a,)),
               ("sin(x) * y + x * x", lambda x, y: anp.sin(x) * y + x * x,
                (float(p.rng.normal()), float(p.rng.normal()))),
               ("sum(sin(x * x) * x)", lambda x: anp.sum(anp.sin(x * x) * x), (p.rng.normal(size=3),)),
@@ -382,20 +410,25 @@ def probe_4_7(p, naive_binds, fast_grad, VJP_RULES):
     for what, f, args in programs:
       jaxpr = adx.make_jaxpr(f)(*args).jaxpr
       calls.clear()
+      p.given(n=short if "short" in what else long if "long" in what else None)
       got = p.call(f"fast_grad of {what}", fast_grad, jaxpr, list(args))
-      p.value(f"fast_grad of {what}: one gradient per input",
-              len(got) if isinstance(got, (list, tuple)) else f"a {type(got).__name__}")
-      p.value(f"fast_grad of {what}", [np.asarray(g) for g in got])
-      p.value(f"fast_grad of {what}: how often it called each rule of VJP_RULES", dict(calls))
-  counts = {}
-  for n in (10, 20, 40):
-    jaxpr = adx.make_jaxpr(lambda x: chain(x, n))(a).jaxpr
+      p.value(f"fast_grad of {what}: how many gradients (one per input), the gradients, and "
+              "how often it called each rule of VJP_RULES",
+              (len(got) if isinstance(got, (list, tuple)) else f"a {type(got).__name__}",
+               [np.asarray(g) for g in got], dict(calls)))
+  n = int(p.rng.integers(8, 13))
+  grads, counts = [], []
+  for length in (n, 2 * n, 4 * n):
+    jaxpr = adx.make_jaxpr(lambda x: chain(x, length))(a).jaxpr
     with recorded_binds() as binds:
-      got = p.call(f"fast_grad of the chain, n={n}", fast_grad, jaxpr, [a])
-    p.value(f"fast_grad of the chain, n={n}", [np.asarray(g) for g in got])
-    counts[n] = len(binds)
-  p.value("the number of binds grows linearly with n (at most 10 n)",
-          counts[40] - counts[20] == 2 * (counts[20] - counts[10]) and counts[40] <= 10 * 40)
+      got = p.call(f"fast_grad of the chain, n={length}", fast_grad, jaxpr, [a])
+    grads.append([np.asarray(g) for g in got])
+    counts.append(len(binds))
+  p.given(n=n)
+  p.value("fast_grad of the chain for n, 2 n and 4 n, and whether the number of binds grows "
+          "linearly with n (at most 10 binds per link)",
+          (grads, counts[2] - counts[1] == 2 * (counts[1] - counts[0]) and counts[2] <= 40 * n))
+  p.given()
 
 
 # --- Reverse mode through control flow ------------------------------------------------------------
@@ -445,8 +478,16 @@ def probe_4_8(p, cond_transpose):
             sum(e.primitive is control_flow.cond_p for e in jaxpr.jaxpr.eqns))
     simple = adx.make_jaxpr(lambda x: lax.cond(True, lambda x: x * 2., lambda x: x * 3., x))(x)
     (branches,) = [e.params["branches"] for e in simple.jaxpr.eqns if e.primitive is control_flow.cond_p]
-    p.raises("cond_transpose with a linear index (raise a ValueError)", cond_transpose,
-             [np.ones(3)], _undef((), np.dtype("int32")), _undef((3,)), branches=branches)
+    ct = p.rng.normal(size=3)
+    pair = [("a linear index (raise a ValueError)", _undef((), np.dtype("int32"))),
+            ("a known index", np.int32(p.rng.integers(2)))]
+    for k, i in enumerate(p.rng.permutation(2)):   # in a seeded order
+      what, index = pair[i]
+      p.given(index=what)
+      p.value(f"cond_transpose, seeded case #{k}: its cotangents, or the error raised",
+              p.call(f"cond_transpose, seeded case #{k}", _or_error, cond_transpose, [ct], index,
+                     _undef((3,)), branches=branches))
+    p.given()
 
 
 @contextmanager
@@ -485,14 +526,14 @@ def probe_4_9(p, scan_vjp):
     for what, f, init, xs in bodies:
       with recorded_binds() as binds:
         final, backward = p.call(f"scan_vjp for {what}", scan_vjp, f, init, xs)
-      p.value(f"{what}: the final carry", final)
-      p.value(f"{what}: scans bound by the forward pass", binds.count("scan"))
+      p.value(f"{what}: the final carry, and the scans bound by the forward pass",
+              (final, binds.count("scan")))
       ct = p.rng.normal(size=np.shape(final))
       with recorded_binds() as binds:
         cts = p.call(f"backward for {what}", backward, ct)
-      p.value(f"{what}: backward(ct) returns a pair", isinstance(cts, (tuple, list)) and len(cts) == 2)
-      p.value(f"{what}: the cotangents of init and xs", list(cts))
-      p.value(f"{what}: scans bound by the backward pass (one, reversed)", binds.count("scan"))
+      p.value(f"{what}: whether backward(ct) returns a pair, the cotangents of init and xs, "
+              "and the scans bound by the backward pass (one, reversed)",
+              (isinstance(cts, (tuple, list)) and len(cts) == 2, list(cts), binds.count("scan")))
       jitted = adx.jit(lambda init, xs, ct, f=f: scan_vjp(f, init, xs)[1](ct))
       p.value(f"{what}: the same, under jit",
               list(p.call(f"jit of scan_vjp for {what}", jitted, init, xs, ct)))
