@@ -450,21 +450,22 @@ def probe_4_8(p, cond_transpose):
     return out
 
   x, y, c = p.rng.normal(size=3), p.rng.normal(size=3), p.rng.normal(size=3)
+  s = float(p.rng.normal())
   two = lambda flag, x, y: anp.sum(lax.cond(flag, lambda x, y: anp.sin(x) * y,
                                             lambda x, y: x * x - y, x, y))
-  unused = lambda flag, x, y: anp.sum(lax.cond(flag, lambda x, y: x * 3., lambda x, y: x * y, x, y))
-  closes = lambda flag, x: anp.sum(lax.cond(flag, lambda x: anp.exp(x) * c, lambda x: x + c, x))
+  unused = lambda flag, x, y: anp.sum(lax.cond(flag, lambda x, y: x * s, lambda x, y: x * y, x, y))
+  closes = lambda flag, x: anp.sum(lax.cond(flag, lambda x: anp.exp(x) * c, lambda x: x * c + c, x))
   pair = lambda flag, x: lax.cond(flag, lambda x: (anp.sum(x * x), anp.sum(anp.sin(x))),
-                                  lambda x: (anp.sum(x), anp.sum(x * c)), x)[0]
+                                  lambda x: (anp.sum(x * c), anp.sum(x)), x)[0]
   three = lambda i, x, y: anp.sum(lax.switch(i, [lambda x, y: x * y, lambda x, y: anp.tanh(x),
                                                  lambda x, y: y * c], x, y))
   with ad.transpose_rules.override(control_flow.cond_p, spy):
     for flag in (True, False):
       seen.clear()
       _switch_grads(p, f"cond(sin(x) * y, x * x - y), pred={flag}", two, (flag, x, y), (1, 2))
-      _switch_grads(p, f"cond(x * 3, x * y), pred={flag}, y's cotangent in the first branch "
+      _switch_grads(p, f"cond(x * s, x * y), pred={flag}, y's cotangent in the first branch "
                     "is a symbolic Zero", unused, (flag, x, y), (1, 2))
-      _switch_grads(p, f"cond(exp(x) * c, x + c), pred={flag}, c a closed-over constant",
+      _switch_grads(p, f"cond(exp(x) * c, x * c + c), pred={flag}, c a closed-over constant",
                     closes, (flag, x), 1)
       _switch_grads(p, f"a cond with two outputs, the second unused (a Zero cotangent), "
                     f"pred={flag}", pair, (flag, x), 1)
