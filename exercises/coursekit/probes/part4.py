@@ -35,11 +35,10 @@ def _or_error(fn, *args, **kwargs):
     return f"raises {type(e).__name__}"
 
 
-def _one_entry(p, what, out):
-  """Record that a rule returned a list of one cotangent; that cotangent."""
+def _one_entry(out):
+  """Whether a rule returned a list of one cotangent, and that cotangent."""
   ok = isinstance(out, (list, tuple)) and len(out) == 1
-  p.value(f"{what}: returns a list of one cotangent", ok)
-  return out[0] if ok else out
+  return ok, out[0] if ok else out
 
 
 @probe("4.1", answers=("reduce_sum_transpose", "broadcast_transpose"),
@@ -53,14 +52,16 @@ def probe_4_1(p, reduce_sum_transpose, broadcast_transpose):
     ct = p.rng.normal(size=out_shape).astype(dtype)
     what = f"reduce_sum_transpose for an operand {dtype.name}{list(shape)}, axes={axes}"
     out = p.call(what, reduce_sum_transpose, ct, _undef(shape, dtype), axes=axes)
-    p.value(what, _one_entry(p, what, out))
+    p.value(f"{what}: whether it returns a list of one cotangent, and that cotangent",
+            _one_entry(out))
   for shape, out_shape, axes, dtype in [
       ((3,), (2, 3), (0,), F64), ((3,), (3, 4), (1,), F64), ((), (2, 3), (0, 1), F64),
       ((2, 3), (2, 4, 3), (1,), F32), ((2, 3), (5, 2, 3, 4), (0, 3), F64), ((2,), (2,), (), F64)]:
     ct = p.rng.normal(size=out_shape).astype(dtype)
     what = f"broadcast_transpose from {dtype.name}{list(shape)} to {list(out_shape)}, axes={axes}"
     out = p.call(what, broadcast_transpose, ct, _undef(shape, dtype), shape=out_shape, axes=axes)
-    p.value(what, _one_entry(p, what, out))
+    p.value(f"{what}: whether it returns a list of one cotangent, and that cotangent",
+            _one_entry(out))
 
   w = p.rng.normal(size=(3, 4))
   fns = [("sum over axis 1", lambda x: anp.sum(anp.sin(x) * w, axis=1), p.rng.normal(size=(3, 4))),
@@ -137,16 +138,16 @@ def probe_4_3(p, instantiate_const):
       known = trace.pure(val)
       what = f"instantiate_const of a known value of shape {np.shape(val)}"
       r = p.call(what, instantiate_const, trace, known)
-      p.value(f"{what}: a new PartialEvalTracer", isinstance(r, pe.PartialEvalTracer) and r is not known)
-      p.value(f"{what}: of the same trace", getattr(getattr(r, "_trace", None), "main", None) is main)
-      pval = getattr(r, "pval", None)
-      p.value(f"{what}: unknown, of the known value's type",
-              isinstance(pval, pe.PartialVal) and pval.is_unknown and pval.aval == known.aval)
-      recipe = getattr(r, "recipe", None)
-      p.value(f"{what}: its recipe is ConstRecipe(the known value itself)",
-              type(recipe) is pe.ConstRecipe and recipe.val is val)
-      p.value(f"{what}: the known tracer is left as it was",
-              known.pval.is_known and known.pval.const is val and known.recipe is None)
+      pval, recipe = getattr(r, "pval", None), getattr(r, "recipe", None)
+      p.value(f"{what}: whether it is a new PartialEvalTracer, of the same trace, unknown, of "
+              "the known value's type; whether its recipe is ConstRecipe(the known value "
+              "itself), and the known tracer is left as it was; the recipe's value",
+              (isinstance(r, pe.PartialEvalTracer) and r is not known,
+               getattr(getattr(r, "_trace", None), "main", None) is main,
+               isinstance(pval, pe.PartialVal) and pval.is_unknown and pval.aval == known.aval,
+               type(recipe) is pe.ConstRecipe and recipe.val is val,
+               known.pval.is_known and known.pval.const is val and known.recipe is None,
+               getattr(recipe, "val", None)))
 
   v, m = p.rng.normal(size=3), p.rng.normal(size=(2, 3))
   fns = [("sin(x) * x", lambda x: anp.sin(x) * x, (v,)),
@@ -157,18 +158,16 @@ def probe_4_3(p, instantiate_const):
     y, f_lin = p.call(f"linearize of {what}", adx.linearize, f, *args)
     p.value(f"linearize of {what}: the primal output", y)
     ts = [p.rng.normal(size=np.shape(a)) for a in args]
-    p.value(f"linearize of {what}: f_lin(t)", p.call(f"f_lin of {what}", f_lin, *ts))
-    p.value(f"linearize of {what}: the number of constants (residuals) of the linear jaxpr",
-            len(f_lin.jaxpr.consts))
+    p.value(f"linearize of {what}: f_lin(t), and the number of constants (residuals) of the "
+            "linear jaxpr", (p.call(f"f_lin of {what}", f_lin, *ts), len(f_lin.jaxpr.consts)))
   # x known, y unknown: sin(x) is computed now and becomes the staged mul's constant.
   x, t = p.rng.normal(size=2), p.rng.normal(size=2)
   jaxpr, pvals, consts = p.call(
       "partial_eval_flat of sin(x) * y, x known", pe.partial_eval_flat,
       lambda x, y: [anp.sin(x) * y],
       [pe.PartialVal.known(x), pe.PartialVal.unknown(ShapedArray((2,), F64))])
-  p.value("sin(x) * y, x known: staged equations, constants, is the output unknown",
-          [len(jaxpr.eqns), len(consts), pvals[0].is_unknown])
-  p.value("sin(x) * y, x known: the staged jaxpr's constants", consts)
+  p.value("sin(x) * y, x known: staged equations, constants, is the output unknown; the "
+          "staged jaxpr's constants", ([len(jaxpr.eqns), len(consts), pvals[0].is_unknown], consts))
   p.value("sin(x) * y, x known: evaluating the staged jaxpr",
           p.call("evaluating the staged jaxpr", eval_jaxpr, jaxpr, consts, t))
 
@@ -214,11 +213,9 @@ def probe_4_4(p, split_eqns):
       where = f"{what}, in_unknowns={list(in_unknowns)}"
       split = p.call(f"split_eqns ({where})", split_eqns, jaxpr, list(in_unknowns))
       eqns1, eqns2, residuals, out_unknowns = split
-      p.value(f"{where}: which outputs are unknown", [bool(u) for u in out_unknowns])
-      p.value(f"{where}: the known and unknown equations (their positions)",
-              [[jaxpr.eqns.index(e) for e in eqns1], [jaxpr.eqns.index(e) for e in eqns2]])
-      p.value(f"{where}: where each residual comes from (sorted)",
-              sorted(origin.get(r, "not a variable of the jaxpr") for r in residuals))
+      found = ([bool(u) for u in out_unknowns],
+               [[jaxpr.eqns.index(e) for e in eqns1], [jaxpr.eqns.index(e) for e in eqns2]],
+               sorted(origin.get(r, "not a variable of the jaxpr") for r in residuals))
       jaxpr1, jaxpr2 = _assemble(jaxpr, in_unknowns, split)
       p.call(f"typecheck_jaxpr of the known half ({where})", typecheck_jaxpr, jaxpr1)
       p.call(f"typecheck_jaxpr of the unknown half ({where})", typecheck_jaxpr, jaxpr2)
@@ -228,13 +225,16 @@ def probe_4_4(p, split_eqns):
       n_known = len(outs1) - len(residuals)
       outs2 = p.call(f"evaluating the unknown half ({where})", eval_jaxpr, jaxpr2, [],
                      *outs1[n_known:], *unknown_args)
-      p.value(f"{where}: the known outputs, then the unknown ones", [outs1[:n_known], outs2])
+      p.value(f"{where}: which outputs are unknown; the known and unknown equations (their "
+              "positions); where each residual comes from (sorted); the known outputs, then "
+              "the unknown ones", (*found, [outs1[:n_known], outs2]))
 
 
 @probe("4.5", answers=("backward_pass",), removes={"autodidax.ad:backward_pass": "backward_pass"})
 def probe_4_5(p, backward_pass):
-  s = ShapedArray((3,), F64)
-  ct1, ct2 = p.rng.normal(size=3), p.rng.normal(size=3)
+  n = int(p.rng.integers(2, 6))
+  s = ShapedArray((n,), F64)
+  ct1, ct2 = p.rng.normal(size=n), p.rng.normal(size=n)
   mul_rule = ad.transpose_rules[lax.mul_p]
   calls = []   # "ct" or "Zero": the cotangents the mul rule was called with
 
@@ -247,14 +247,14 @@ def probe_4_5(p, backward_pass):
                                 for a in args]).jaxpr
     calls.clear()
     out = p.call(f"backward_pass of {what}", backward_pass, jaxpr, list(args), list(cts))
-    p.value(f"backward_pass of {what}: a list of one entry per linear input",
-            len(out) if isinstance(out, list) else f"a {type(out).__name__}")
-    p.value(f"backward_pass of {what}: which entries are symbolic Zeros",
-            [type(o) is Zero for o in out])
-    p.value(f"backward_pass of {what}: the cotangents", [ad.instantiate_zeros(o) for o in out])
-    p.value(f"backward_pass of {what}: the cotangents the mul rule was called with", list(calls))
+    p.given(n=n)
+    p.value(f"backward_pass of {what}: how many entries (one per linear input), which are "
+            "symbolic Zeros, the cotangents, and the cotangents the mul rule was called with",
+            (len(out) if isinstance(out, list) else f"a {type(out).__name__}",
+             [type(o) is Zero for o in out], [ad.instantiate_zeros(o) for o in out], list(calls)))
+    p.given()
 
-  a = p.rng.normal(size=3)
+  a = p.rng.normal(size=n)
   with ad.transpose_rules.override(lax.mul_p, spy_mul):
     transpose("t + t (t used twice)", lambda t: t + t, [UndefPrimal(s)], [ct1])
     transpose("(t * 2, t * 3 + t) (t used three times)", lambda t: (t * 2., t * 3. + t),
