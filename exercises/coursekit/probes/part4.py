@@ -275,7 +275,7 @@ def probe_4_5(p, backward_pass):
       z = x * (z + z)
     return anp.sum(z)
 
-  v = p.rng.normal(size=3)
+  v = p.rng.normal(size=n)
   fns = [("sin(x) * cos(x)", lambda x: anp.sum(anp.sin(x) * anp.cos(x))),
          ("x * x * x", lambda x: anp.sum(x * x * x)),
          ("z = x * (z + z), 6 times", lambda x: chain(x, 6)),
