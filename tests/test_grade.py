@@ -190,7 +190,9 @@ def test_reports_are_safe_to_open(runs):
     for k, v in r.items():
       assert not v.startswith(("=", "+", "-", "@")), (k, v)
   assert "'=HYPERLINK(1).ipynb" in text and "+cmd|' /C calc'!A0" in text   # in a note
-  assert "'=2+5+cmd" in text   # a label forged into the records
+  # A label forged into the records shows only behind the reference's own label.
+  forged = [r["reason"] for r in rows if r["submission"] == "forge_channel.ipynb"]
+  assert forged and all(": =2+5+cmd|' /C calc'!A0 raised X" in reason for reason in forged)
   odd = [r for r in rows if r["submission"].startswith("caf")]
   assert {r["submission"] for r in odd} == {"caf\\xe9-\\x1b[31m.ipynb"}
   assert {r["status"] for r in odd} == {"pass"} and "\x1b" not in text

@@ -387,12 +387,17 @@ class Workspace:
     with self.lock:
       if (part, exercise) not in self.editions:
         spec = probes.spec(part, exercise)
-        dest = self.root / "editions" / part / exercise.replace(".", "_")
-        dest.mkdir(parents=True)
-        pkg = build_edition(dest, {t: (exercise, name, spec.answers)
-                                   for t, name in spec.removes.items()})
-        self.editions[part, exercise] = package(pkg, dest.with_suffix(".zip"), ZIP_INSIDE)
-        shutil.rmtree(dest)
+        final = self.root / "editions" / part / f"{exercise.replace('.', '_')}.zip"
+        final.parent.mkdir(parents=True, exist_ok=True)
+        if not final.exists():   # built apart, then renamed into place: whoever wins, a whole zip
+          work = Path(tempfile.mkdtemp(dir=final.parent, prefix=".building-"))
+          try:
+            pkg = build_edition(work, {t: (exercise, name, spec.answers)
+                                       for t, name in spec.removes.items()})
+            os.replace(package(pkg, work / "edition.zip", ZIP_INSIDE), final)
+          finally:
+            shutil.rmtree(work, ignore_errors=True)
+        self.editions[part, exercise] = final
       return self.editions[part, exercise]
 
   def run(self, part: str, exercise: str, cells: list[dict], seed: int) -> Outcome:
@@ -974,11 +979,25 @@ def main(argv=None) -> int:
   seed = args.seed if args.seed is not None else probes.SHIPPED_SEED + 1 + secrets.randbelow(2**31 - 2)
   opts = Options(timeout=args.timeout, memory_mib=args.memory, part=args.part, seed=seed,
                  sandbox=not args.no_sandbox)
+  try:   # before the gradebook: a run that can't grade leaves no output folder
+    if args.cluster:   # the only import of Dask
+      from .cluster import ClusterGrader
+      grader = ClusterGrader(stubs, opts, args.cluster, args.exercises,
+                             log=lambda text: print(text, file=sys.stderr))
+    else:
+      grader = Grader(stubs, opts, folder=args.exercises)
+  except SandboxUnavailable as e:
+    print(f"error: can't grade in a sandbox: {e}", file=sys.stderr)
+    return 2
+  except (OSError, ValueError) as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
   book_path = args.gradebook or args.out / "gradebook.sqlite"
   try:
     book = None if str(book_path) == "none" else gradebook.Gradebook(book_path)
   except gradebook.GradebookError as e:
     print(f"error: {printable(e)}", file=sys.stderr)
+    grader.close()
     return 1
   version, digests, reused, fresh = grader_version(), {}, [], []
   for sub in subs:   # what the gradebook holds at this seed is not graded again
@@ -988,21 +1007,6 @@ def main(argv=None) -> int:
     reused += old or []
     fresh += [] if old else [sub]
   subs = fresh
-  try:
-    if args.cluster:   # the only import of Dask
-      from .cluster import ClusterGrader
-      grader = ClusterGrader(stubs, opts, args.cluster, args.exercises,
-                             log=lambda text: print(text, file=sys.stderr))
-    else:
-      grader = Grader(stubs, opts, folder=args.exercises)
-  except SandboxUnavailable as e:
-    print(f"error: can't grade in a sandbox: {e}", file=sys.stderr)
-    if book:
-      book.close()
-    return 2
-  except (OSError, ValueError) as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 2
   mode = grader.mode if args.cluster else lambda: mode_text(grader.ws.sandbox.mode)
   t0 = time.monotonic()
   bar = tqdm(total=0, unit="check", file=sys.stderr,

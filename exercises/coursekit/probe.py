@@ -191,13 +191,17 @@ class Probe:
 
 
 def library_key_error(e: KeyError) -> str:
-  """What the learner's code did, for a KeyError that the library raised while running a
-  jaxpr (a variable no input or equation bound); "" for any other KeyError."""
+  """What the learner's code did, for a KeyError of a jaxpr's variable that no input or
+  equation bound (raised by the library's evaluator, or by one of the learner's own);
+  "" for any other KeyError."""
   import traceback
   frames = traceback.extract_tb(e.__traceback__)
-  if not (e.args and type(e.args[0]).__name__ == "Var" and frames
-          and frames[-1].filename.replace("\\", "/").endswith("autodidax/jaxpr.py")):
+  if not (e.args and type(e.args[0]).__name__ == "Var"):
     return ""
+  if not (frames and frames[-1].filename.replace("\\", "/").endswith("autodidax/jaxpr.py")):
+    return (f"running a jaxpr, your code read the variable {e.args[0]} before anything bound "
+            "it: bind each constvar to its const and each invar to its input before the "
+            "equations run, and each equation's outputs as it goes")
   return (f"running a jaxpr, an equation read the variable {e.args[0]}, which nothing bound: "
           "the jaxpr got fewer inputs than it takes (zip stops at the shorter list), or "
           "they came in another order. Pass every group of operands the jaxpr takes, in its "
@@ -421,7 +425,7 @@ def diff(got: dict, want: dict, rtol, atol, dtype=True) -> str | None:
   """None if `got` matches `want`, else what differs."""
   kg, kw = got.get("k"), want.get("k")
   if kw == "withheld":   # a secret answer, not shipped: only the grader can judge it
-    return None
+    return f"it raised {describe(got)}" if kg == "error" else None
   if kw in ("error", "todo"):
     if kg == kw and got.get("type") == want.get("type"):
       return None

@@ -23,18 +23,21 @@ def _f64(*shape):
 def probe_T_1(p, to_primal_tangent_pair):
   a, b = p.rng.normal(size=2)
   with sl.running(sl.JVPTrace(sl.eval_trace)) as trace:
-    own = sl.JVPTracer(trace, a, b)
-    got = p.call("your own tracer", to_primal_tangent_pair, trace, own)
-    p.value("your own tracer: (primal, tangent)", got)
-    other = sl.JVPTracer(sl.JVPTrace(sl.eval_trace), a, b)
-    pt = p.call("another trace's tracer", to_primal_tangent_pair, trace, other)
-    p.value("another trace's JVPTracer comes back as the primal, itself", pt[0] is other)
-    p.value("another trace's JVPTracer gets a symbolic Zero tangent", type(pt[1]) is Zero)
-    v = p.rng.normal(size=2)
-    pt = p.call("a plain array", to_primal_tangent_pair, trace, v)
-    p.value("a plain array comes back as the primal, itself", pt[0] is v)
-    p.value("a plain array gets a Zero of its shape",
-            type(pt[1]) is Zero and pt[1].aval.shape == (2,))
+    def outcome(val):
+      primal, tangent = to_primal_tangent_pair(trace, val)
+      return ("the value itself" if primal is val else primal,
+              f"a Zero of shape {tangent.aval.shape}" if type(tangent) is Zero else tangent)
+
+    cases = [   # in a seeded order
+        ("your own tracer", sl.JVPTracer(trace, a, b)),
+        ("another trace's JVPTracer", sl.JVPTracer(sl.JVPTrace(sl.eval_trace), a, b)),
+        ("a plain array", p.rng.normal(size=int(p.rng.integers(1, 6))))]
+    for k, i in enumerate(p.rng.permutation(len(cases))):
+      what, val = cases[i]
+      p.given(value=what)
+      p.value(f"to_primal_tangent_pair, seeded case #{k}: (primal, tangent)",
+              p.call(f"to_primal_tangent_pair, seeded case #{k}", outcome, val))
+    p.given()
 
   x0, y0 = p.rng.uniform(0.5, 1.5, size=2)   # the check installed it in JVPTrace
   inner = lambda x: sl.jvp(lambda y: anp.sin(x * y), (y0,), (1.,))[1]
@@ -72,13 +75,16 @@ def probe_T_2(p, process_primitive):
        removes={"autodidax.stackless:trace_to_jaxpr": "trace_to_jaxpr"})
 def probe_T_3(p, trace_to_jaxpr):
   scale = float(p.rng.uniform(0.2, 0.8))
+  n = int(p.rng.integers(2, 7))
 
   def program(a, b):   # the table needs no traced input: it is staged all the same
-    table = anp.exp(np.arange(3.) * scale)
+    table = anp.exp(np.arange(n * 1.) * scale)
     return [anp.sin(a) * table + b]
-  jaxpr, consts = p.call("staging a program", trace_to_jaxpr, program, [_f64(3), _f64()])
-  p.value("the staged jaxpr, printed", str(jaxpr))
-  x = p.rng.normal(size=3)
+  jaxpr, consts = p.call("staging a program", trace_to_jaxpr, program, [_f64(n), _f64()])
+  p.given(n=n)
+  p.value("the staged jaxpr (of a: f64[n] and b: f64[]), printed", str(jaxpr))
+  p.given()
+  x = p.rng.normal(size=n)
   p.value("running the staged jaxpr", p.call("running the staged jaxpr", eval_jaxpr,
                                              jaxpr, consts, x, 2.))
   leaked = []
@@ -108,9 +114,8 @@ def probe_T_4(p, my_vjp):
     p.value(f"my_vjp of {what}: the output", out)
     ct = p.rng.normal(size=np.shape(out))
     cts = p.call(f"f_vjp of {what}", f_vjp, ct)
-    p.value(f"f_vjp of {what}: a tuple of one cotangent per input",
-            type(cts) is tuple and len(cts) == len(args))
-    p.value(f"f_vjp of {what}: the cotangents", cts)
+    p.value(f"f_vjp of {what}: whether it returns a tuple of one cotangent per input, and the "
+            "cotangents", (type(cts) is tuple and len(cts) == len(args), cts))
 
 
 def _nest(kinds, xs):
@@ -136,14 +141,17 @@ def probe_T_5(p, trace_chain):
                         (2.,), (1.,))),
       ("grad of vmap", lambda g: sl.grad(lambda y: anp.sum(sl.vmap(g)(xs * y)))(1.)),
   ]
-  for k in range(2):   # and nestings drawn from the seed
+  for _ in range(2):   # and nestings drawn from the seed
     kinds = [str(t) for t in p.rng.choice(["jvp", "vmap"], size=int(p.rng.integers(2, 4)))]
-    nestings.append((f"a nesting drawn at random (#{k})", _nest(kinds, xs)))
-  for what, run in nestings:
+    nestings.append((" of ".join(kinds), _nest(kinds, xs)))
+  for k, i in enumerate(p.rng.permutation(len(nestings))):   # in a seeded order
+    what, run = nestings[i]
     seen = []
 
     def g(x):
-      seen.append(p.call(f"trace_chain under {what}", trace_chain, sl.current_trace()))
+      seen.append(p.call(f"trace_chain under nesting #{k}", trace_chain, sl.current_trace()))
       return x * 2.
+    p.given(nesting=what)
     run(g)
-    p.value(f"the chain under {what}", seen[0])
+    p.value(f"the chain under nesting #{k}", seen[0])
+  p.given()

@@ -145,16 +145,16 @@ def _describe(avals):
 @probe("C.4", answers=("scan_abstract_eval",),
        removes={"autodidax.control_flow.loops:_scan_abstract_eval": "scan_abstract_eval"})
 def probe_C_4(p, scan_abstract_eval):
-  n = 5
+  n, m = (int(k) for k in p.rng.integers(2, 7, size=2))   # scan lengths
   w = p.rng.normal(size=2)
   cases = [
       ("a scalar carry, vector ys", lambda xs: lax.scan(lambda c, x: (c + x, c * x), 0., xs),
        (p.rng.normal(size=n),)),
       ("a matrix scanned by rows, two ys", lambda xs: lax.scan(
-          lambda c, x: (c + anp.sum(x), (x * c, anp.sum(x))), 1., xs), (p.rng.normal(size=(4, 3)),)),
+          lambda c, x: (c + anp.sum(x), (x * c, anp.sum(x))), 1., xs), (p.rng.normal(size=(m, 3)),)),
       ("two carries and a const, in reverse", lambda xs: lax.scan(
           lambda c, x: ((c[0] * w, c[1] + x), x * 2.), (w, 0.), xs, reverse=True),
-       (p.rng.normal(size=3),)),
+       (p.rng.normal(size=m),)),
       ("float32 carry and xs, bool ys", lambda xs: lax.scan(
           lambda c, x: (c * np.float32(0.5) + x, x > c), np.float32(1.), xs),
        (p.rng.normal(size=n).astype(np.float32),)),
@@ -162,20 +162,33 @@ def probe_C_4(p, scan_abstract_eval):
   with core.abstract_eval_rules.override(scan_p, scan_abstract_eval):
     for what, f, args in cases:
       closed = p.call(f"make_jaxpr of a scan: {what}", adx.make_jaxpr(f), *args)
-      p.value(f"{what}: the outputs' types, shapes and dtypes", _describe(closed.out_avals))
-      p.value(f"{what}: the outputs under jit", p.call(f"jit of {what}", adx.jit(f), *args))
-    closed = adx.make_jaxpr(lambda xs: lax.scan(lambda c, x: (c + x, c), 0., xs))(np.arange(3.))
+      p.given(n=n, m=m)
+      p.value(f"{what}: the outputs' types, shapes and dtypes, and the outputs under jit",
+              (_describe(closed.out_avals), p.call(f"jit of {what}", adx.jit(f), *args)))
+    p.given()
+    closed = adx.make_jaxpr(lambda xs: lax.scan(lambda c, x: (c + x, c), 0., xs))(np.arange(n * 1.))
     params = closed.eqns[-1].params
-    xs = ShapedArray((3,), np.float64)
-    p.raises("the rule, for a carry f64[2] that the body returns as f64[]", scan_abstract_eval,
-             ShapedArray((2,), np.float64), xs, **params)
-    p.raises("the rule, for a carry f32[] that the body returns as f64[]", scan_abstract_eval,
-             ShapedArray((), np.float32), xs, **params)
-    p.raises("the rule, for a carry int32[] that the body returns as f64[]", scan_abstract_eval,
-             ShapedArray((), np.int32), xs, **params)
-    out = p.call("the rule, for a well-typed scan", scan_abstract_eval,
-                 ShapedArray((), np.float64), xs, **params)
-    p.value("the rule, for a well-typed scan: the carry then the stacked ys", _describe(out))
+    xs = ShapedArray((n,), np.float64)
+
+    def outcome(carry):
+      try:
+        return _describe(scan_abstract_eval(carry, xs, **params))
+      except NotImplementedError:
+        raise
+      except Exception as e:  # noqa: BLE001 (the learner's code)
+        return f"raises {type(e).__name__}"
+
+    carries = [   # (what, the carry's type): the body returns f64[]; in a seeded order
+        ("f64[2], returned as f64[]", ShapedArray((2,), np.float64)),
+        ("f32[], returned as f64[]", ShapedArray((), np.float32)),
+        ("int32[], returned as f64[]", ShapedArray((), np.int32)),
+        ("f64[], well typed", ShapedArray((), np.float64))]
+    for k, i in enumerate(p.rng.permutation(len(carries))):
+      what, carry = carries[i]
+      p.given(carry=what, n=n)
+      p.value(f"the rule, seeded case #{k}: the carry then the stacked ys, or the error raised",
+              p.call(f"the rule, seeded case #{k}", outcome, carry))
+    p.given()
 
 
 @probe("C.5", answers=("dot_general_flops",),
@@ -212,17 +225,17 @@ def probe_C_5(p, dot_general_flops):
 def probe_C_6(p, jaxpr_outputs):
   inputs = [[0.5, 2., 3.]] + [[float(v) for v in np.round(p.rng.uniform(0., 3., size=3), 1)]
                               for _ in range(4)]
-  for i, a in enumerate(inputs):
-    what = "the input [0.5, 2.0, 3.0]" if i == 0 else f"drawn input #{i}"
+  for i, k in enumerate(p.rng.permutation(len(inputs))):   # the chapter's input among them
+    a = inputs[k]
+    p.given(a=a)
     with recorded_binds() as binds:
-      out = p.call(f"jaxpr_outputs of {what}", jaxpr_outputs, list(a))
+      out = p.call(f"jaxpr_outputs of input #{i}", jaxpr_outputs, list(a))
     pair = isinstance(out, (tuple, list)) and len(out) == 2
-    p.value(f"jaxpr_outputs of {what}: returns a pair (b, c)", pair)
+    p.value(f"jaxpr_outputs of input #{i}: whether it returns a pair (b, c); b, the final "
+            "carry; c, the stacked outputs; the primitives bound (none: work it out, don't "
+            "run it)", (pair, p.call(f"b of input #{i} as a float", float, out[0]),
+                        p.call(f"c of input #{i} as a list of floats",
+                               lambda: [float(v) for v in out[1]]), len(binds))
+            if pair else (pair,))
     if not pair:
       return
-    p.value(f"jaxpr_outputs of {what}: b, the final carry",
-            p.call(f"b of {what} as a float", float, out[0]))
-    p.value(f"jaxpr_outputs of {what}: c, the stacked outputs",
-            p.call(f"c of {what} as a list of floats", lambda: [float(v) for v in out[1]]))
-    p.value(f"jaxpr_outputs of {what}: primitives bound (none: work it out, don't run it)",
-            len(binds))

@@ -36,6 +36,17 @@ def _error(fn, *args):
   return None
 
 
+def _type_or_error(fn, *args, **kwargs) -> str:
+  """The type `fn` returns, as text, or the error it raises (NotImplementedError goes through)."""
+  try:
+    out = fn(*args, **kwargs)
+  except NotImplementedError:
+    raise
+  except Exception as e:  # noqa: BLE001 (the learner's code)
+    return f"raises {type(e).__name__}"
+  return _type(out)
+
+
 def _sizes(p, n):
   return tuple(int(s) for s in p.rng.integers(1, 6, size=n))
 
@@ -46,7 +57,8 @@ def probe_2_1(p, broadcast_abstract_eval):
   rule = broadcast_abstract_eval
   with core.abstract_eval_rules.override(lax.broadcast_p, rule):
     a, b, c = _sizes(p, 3)
-    cases = [   # (what, x's type, shape, axes)
+    d = a + 1   # a size other than a
+    cases = [   # (what, x's type, shape, axes): well typed, then ill typed, run in a seeded order
         ("a new middle axis", ShapedArray((a, b), np.float32), (a, c, b), (1,)),
         ("a weak scalar to a matrix", ShapedArray((), np.float64, True), (b, a), (0, 1)),
         ("an int32 vector, a leading axis", ShapedArray((b,), np.int32), (c, b), (0,)),
@@ -54,23 +66,23 @@ def probe_2_1(p, broadcast_abstract_eval):
         ("a weak matrix, no new axes", ShapedArray((a, b), np.float64, True), (a, b), ()),
         ("a bool vector, a trailing axis", ShapedArray((c,), np.bool_), (c, 7), (1,)),
         ("an f32 vector, axes 0 and 2", ShapedArray((b,), np.float32), (a, b, c), (0, 2)),
+        ("the kept dimensions in the wrong order", ShapedArray((a, d), np.float64), (d, a, b), (2,)),
+        ("a kept dimension of the wrong size", ShapedArray((a, b), np.float64), (b, d, 4), (2,)),
+        ("too few new axes", ShapedArray((a,), np.float64), (a, c), ()),
+        ("a kept dimension that doesn't match", ShapedArray((a, b), np.float64), (a, b, d), (0,)),
+        ("a size-1 dimension is not stretched", ShapedArray((a, 1), np.float64), (a, c + 1), ()),
+        ("a size-1 dimension is not stretched, a new axis", ShapedArray((1, b), np.float64),
+         (c + 1, 2, b), (1,)),
+        ("a size-1 dimension is not a new axis", ShapedArray((a, 1), np.float64), (a, c + 1), (1,)),
+        ("too many new axes", ShapedArray((b,), np.float64), (b, 2), (0, 1)),
     ]
-    for what, x, shape, axes in cases:
-      out = p.call(f"broadcast_abstract_eval for {what}", rule, x, shape=shape, axes=axes)
-      p.value(f"broadcasting {what}: the result type", _type(out))
-    bad = [   # (what, x's shape, shape, axes)
-        ("the kept dimensions in the wrong order", (3,), (3, 2), (0,)),
-        ("a kept dimension of the wrong size", (2, 3), (3, 2, 4), (2,)),
-        ("too few new axes", (2,), (2, 3), ()),
-        ("a kept dimension that doesn't match", (2, 3), (2, 3, 1), (0,)),
-        ("a size-1 dimension is not stretched", (2, 1), (2, 5), ()),
-        ("a size-1 dimension is not stretched, a new axis", (1, 3), (4, 2, 3), (1,)),
-        ("a size-1 dimension is not a new axis", (2, 1), (2, 5), (1,)),
-        ("too many new axes", (4,), (4, 2), (0, 1)),
-    ]
-    for what, x_shape, shape, axes in bad:
-      p.raises(f"an ill-typed broadcast ({what}: f64{list(x_shape)} to {shape}, axes={axes})",
-               rule, ShapedArray(x_shape, np.float64), shape=shape, axes=axes)
+    for k, i in enumerate(p.rng.permutation(len(cases))):
+      what, x, shape, axes = cases[i]
+      p.given(case=what, x=_type(x), shape=shape, axes=axes)
+      got = p.call(f"broadcast_abstract_eval, case #{k}", _type_or_error, rule, x,
+                   shape=shape, axes=axes)
+      p.value(f"broadcast_abstract_eval, case #{k}: the result type, or the error raised", got)
+    p.given()
 
     n, m = _sizes(p, 2)
     traced = [   # (what, function, args)
@@ -87,8 +99,8 @@ def probe_2_1(p, broadcast_abstract_eval):
     ]
     for what, f, args in traced:
       closed = p.call(f"make_jaxpr of {what}", lambda: adx.make_jaxpr(f)(*args))
-      p.value(f"{what}: the primitives of its jaxpr", [e.primitive.name for e in closed.eqns])
-      p.value(f"{what}: the output types", [_type(a) for a in closed.out_avals])
+      p.value(f"{what}: the primitives of its jaxpr, and its output types",
+              ([e.primitive.name for e in closed.eqns], [_type(a) for a in closed.out_avals]))
       ty = p.call(f"typecheck_jaxpr of the jaxpr of {what}", typecheck_jaxpr, closed.jaxpr)
       p.value(f"{what}: typecheck_jaxpr's output types", [_type(a) for a in ty.out_types])
       p.value(f"{what}: running it", p.call(f"running the jaxpr of {what}", closed, *args))
@@ -102,62 +114,90 @@ def probe_2_2(p, typecheck_atom):
            ShapedArray(_sizes(p, 2), np.int32), ShapedArray(_sizes(p, 1), np.float64, True)]
   vs = [Var(a) for a in avals]
   names = jx.VarNames()
-  for i in p.rng.permutation(len(vs)):   # the variables' names depend on the seed
+  for _ in range(int(p.rng.integers(0, 60))):   # the variables' names depend on the seed
+    names[Var(avals[0])]
+  for i in p.rng.permutation(len(vs)):
     names[vs[i]]
-  for i, v in enumerate(vs):
-    got = p.call(f"typing bound variable {i}", check, set(vs), v, names, "here")
-    p.value(f"bound variable {i}: its declared type", _type(got))
-  where = "in equation `x`"
-  for i, v in enumerate(vs):
-    for env_what, env in (("an empty env", set()), ("an env of the others", set(vs) - {v})):
-      e = p.call(f"typing unbound variable {i} in {env_what}", _error, check, env, v, names, where)
-      p.value(f"unbound variable {i} in {env_what}: the error raised", type(e).__name__)
-      msg = str(e)
-      p.value(f"unbound variable {i} in {env_what}: the message starts with `where`",
-              msg.startswith(where))
-      p.value(f"unbound variable {i} in {env_what}: the message names it as the printer does",
-              re.search(rf"(?<![a-z]){names[v]}(?![a-z])", msg) is not None)
-  e = p.call("an unbound variable with names=None", _error, check, set(), vs[0], None, where)
-  p.value("an unbound variable with names=None: the error raised", type(e).__name__)
-  p.value("an unbound variable with names=None: the message has repr(x)", repr(vs[0]) in str(e))
-  lits = [("a Python float", float(p.rng.normal())), ("a Python int", int(p.rng.integers(-99, 99))),
-          ("a Python bool", bool(p.rng.integers(2))), ("an np.float32", np.float32(p.rng.normal())),
-          ("a 0-d f64 array", np.array(p.rng.normal())), ("an np.int32", np.int32(p.rng.integers(9)))]
-  for what, val in lits:
-    got = p.call(f"typing a literal of {what}", check, set(), Lit(val), names, "here")
-    p.value(f"a literal of {what}: its type", _type(got))
-  for what, bad in (("a bare float", float(p.rng.normal())), ("an array", p.rng.normal(size=3)),
-                    ("a string", "a"), ("None", None)):
-    p.raises(f"typing {what}, which is not an atom", check, set(vs), bad, names, "here")
+  where = f"in equation {int(p.rng.integers(1, 999))}"
 
-  # typecheck_jaxpr, which asks typecheck_atom for every atom.
-  c = p.rng.normal(size=3)
-  good = [("a sum of sines times y, plus 1", lambda x, y: anp.sum(anp.sin(x) * y) + 1.,
-           (p.rng.normal(size=3).astype(np.float32), np.float32(p.rng.normal()))),
-          ("a hoisted constant", lambda x: x * c + c * 2., (p.rng.normal(size=3),)),
-          ("an input and a literal as outputs", lambda x: (x * 2., 3., x),
-           (p.rng.normal(size=2).astype(np.float32),))]
-  for what, f, args in good:
-    closed = p.call(f"make_jaxpr of {what}", lambda: adx.make_jaxpr(f)(*args))
-    ty = p.call(f"typecheck_jaxpr of {what}", typecheck_jaxpr, closed.jaxpr)
-    p.value(f"typecheck_jaxpr of {what}: the input types", [_type(a) for a in ty.in_types])
-    p.value(f"typecheck_jaxpr of {what}: the output types", [_type(a) for a in ty.out_types])
-  f32 = ShapedArray((3,), np.float32)
+  def outcome(env, x, names):
+    """x's type as text; or the error raised, and for a variable whether its message
+    starts with `where` and the name it gives x (as the printer does, or repr(x))."""
+    try:
+      return _type(check(env, x, names, where))
+    except NotImplementedError:
+      raise
+    except Exception as e:  # noqa: BLE001 (the learner's code)
+      if not isinstance(x, Var):
+        return f"raises {type(e).__name__}"
+      msg = str(e)
+      name = names[x] if names is not None else repr(x)
+      named = (re.search(rf"(?<![a-z]){re.escape(name)}(?![a-z])", msg) if names is not None
+               else name in msg)
+      return (f"raises {type(e).__name__}", msg.startswith(where),
+              name if named else "it is not named")
+
+  cases = [(f"bound variable {i}", set(vs), v, names) for i, v in enumerate(vs)]
+  cases += [(f"unbound variable {i} in {env_what}", env, v, names)
+            for i, v in enumerate(vs)
+            for env_what, env in (("an empty env", set()), ("an env of the others", set(vs) - {v}))]
+  cases += [("an unbound variable with names=None", set(), vs[0], None)]
+  cases += [(f"a literal of {what}", set(), Lit(val), names) for what, val in (
+      ("a Python float", float(p.rng.normal())), ("a Python int", int(p.rng.integers(-99, 99))),
+      ("a Python bool", bool(p.rng.integers(2))), ("an np.float32", np.float32(p.rng.normal())),
+      ("a 0-d f64 array", np.array(p.rng.normal())), ("an np.int32", np.int32(p.rng.integers(9))))]
+  cases += [(f"{what}, which is not an atom", set(vs), bad, names) for what, bad in (
+      ("a bare float", float(p.rng.normal())), ("an array", p.rng.normal(size=3)),
+      ("a string", "a"), ("None", None))]
+  for k, i in enumerate(p.rng.permutation(len(cases))):   # in a seeded order
+    what, env, x, names_ = cases[i]
+    p.given(case=what, where=where)
+    p.value(f"typecheck_atom, case #{k}: the type, or the error raised",
+            p.call(f"typecheck_atom, case #{k}", outcome, env, x, names_))
+  p.given()
+
+  # typecheck_jaxpr, which asks typecheck_atom for every atom: well and ill typed, in a
+  # seeded order.
+  n, = _sizes(p, 1)
+  c = p.rng.normal(size=n)
+  jaxprs = []
+  for what, f, args in [
+      ("a sum of sines times y, plus 1", lambda x, y: anp.sum(anp.sin(x) * y) + 1.,
+       (p.rng.normal(size=n).astype(np.float32), np.float32(p.rng.normal()))),
+      ("a hoisted constant", lambda x: x * c + c * 2., (p.rng.normal(size=n),)),
+      ("an input and a literal as outputs", lambda x: (x * 2., 3., x),
+       (p.rng.normal(size=(2, n)).astype(np.float32),))]:
+    jaxprs.append((what, p.call(f"make_jaxpr of {what}", lambda: adx.make_jaxpr(f)(*args)).jaxpr))
+  f32 = ShapedArray((n,), np.float32)
   x, y, z = Var(f32), Var(f32), Var(f32)
-  ok = Jaxpr([], [x], [JaxprEqn(lax.mul_p, [x, Lit(2.)], {}, [y])], [y, Lit(1.)])
-  ty = p.call("typecheck_jaxpr of x * 2. for an f32 x (a weak literal)", typecheck_jaxpr, ok)
-  p.value("x * 2. for an f32 x: the output types", [_type(a) for a in ty.out_types])
-  bad = {
-      "a variable used before it is bound": Jaxpr([], [x], [
-          JaxprEqn(lax.mul_p, [z, x], {}, [y]), JaxprEqn(lax.sin_p, [x], {}, [z])], [y]),
-      "a variable that is never bound": Jaxpr([], [x], [JaxprEqn(lax.sin_p, [z], {}, [y])], [y]),
-      "an equation that reads its own output": Jaxpr([], [x], [JaxprEqn(lax.sin_p, [y], {}, [y])], [y]),
-      "an unbound output": Jaxpr([], [x], [JaxprEqn(lax.sin_p, [x], {}, [y])], [z]),
-      "a bare float as an input": Jaxpr([], [x], [JaxprEqn(lax.mul_p, [x, 2.], {}, [y])], [y]),
-      "a bare float as an output": Jaxpr([], [x], [JaxprEqn(lax.sin_p, [x], {}, [y])], [y, 2.]),
-  }
-  for what, jaxpr in bad.items():
-    p.raises(f"typecheck_jaxpr of {what}", typecheck_jaxpr, jaxpr)
+  jaxprs += [
+      ("x * 2. for an f32 x (a weak literal)",
+       Jaxpr([], [x], [JaxprEqn(lax.mul_p, [x, Lit(2.)], {}, [y])], [y, Lit(1.)])),
+      ("a variable used before it is bound", Jaxpr([], [x], [
+          JaxprEqn(lax.mul_p, [z, x], {}, [y]), JaxprEqn(lax.sin_p, [x], {}, [z])], [y])),
+      ("a variable that is never bound", Jaxpr([], [x], [JaxprEqn(lax.sin_p, [z], {}, [y])], [y])),
+      ("an equation that reads its own output",
+       Jaxpr([], [x], [JaxprEqn(lax.sin_p, [y], {}, [y])], [y])),
+      ("an unbound output", Jaxpr([], [x], [JaxprEqn(lax.sin_p, [x], {}, [y])], [z])),
+      ("a bare float as an input", Jaxpr([], [x], [JaxprEqn(lax.mul_p, [x, 2.], {}, [y])], [y])),
+      ("a bare float as an output", Jaxpr([], [x], [JaxprEqn(lax.sin_p, [x], {}, [y])], [y, 2.])),
+  ]
+
+  def types(jaxpr):
+    try:
+      ty = typecheck_jaxpr(jaxpr)
+    except NotImplementedError:
+      raise
+    except Exception as e:  # noqa: BLE001 (the learner's code)
+      return f"raises {type(e).__name__}"
+    return [_type(a) for a in ty.in_types], [_type(a) for a in ty.out_types]
+
+  for k, i in enumerate(p.rng.permutation(len(jaxprs))):
+    what, jaxpr = jaxprs[i]
+    p.given(jaxpr=what)
+    p.value(f"typecheck_jaxpr, case #{k}: the input and output types, or the error raised",
+            p.call(f"typecheck_jaxpr, case #{k}", types, jaxpr))
+  p.given()
 
 
 @probe("2.3", answers=("eval_jaxpr",),
@@ -177,8 +217,8 @@ def probe_2_3(p, eval_jaxpr):
     closed = adx.make_jaxpr(f)(x)
     with recorded_binds() as binds:
       outs = p.call(f"eval_jaxpr of {what}", eval_jaxpr, closed.jaxpr, closed.consts, x)
-    p.value(f"eval_jaxpr of {what}: the outputs", outs)
-    p.value(f"eval_jaxpr of {what}: the primitives bound, in order", list(binds))
+    p.value(f"eval_jaxpr of {what}: the outputs, and the primitives bound in order",
+            (outs, list(binds)))
     t = p.rng.normal(size=np.shape(x))
     run = lambda x, closed=closed: eval_jaxpr(closed.jaxpr, closed.consts, x)
     y, y_dot = p.call(f"jvp of eval_jaxpr of {what}", adx.jvp, run, (x,), (t,))
@@ -189,7 +229,7 @@ def probe_2_3(p, eval_jaxpr):
             list(p.call(f"vmap of eval_jaxpr of {what}", adx.vmap(run), xs)))
   k = float(p.rng.normal())
   for what, f, args in [("constant outputs", lambda x: (c, 4., x), (k,)),
-                        ("no inputs", lambda: (lax.mul(2., 3.),), ()),
+                        ("no inputs", lambda: (lax.mul(k, 3.),), ()),
                         ("an output used twice", lambda x: (anp.sin(x), anp.sin(x) * x), (c,))]:
     closed = adx.make_jaxpr(f)(*args)
     p.value(f"eval_jaxpr with {what}",
@@ -199,33 +239,41 @@ def probe_2_3(p, eval_jaxpr):
 @probe("2.4", answers=("get_const",),
        removes={"autodidax.partial_eval:JaxprBuilder.get_const": "get_const"})
 def probe_2_4(p, get_const):
-  c, d = p.rng.normal(size=3), p.rng.normal(size=3)
+  n = int(p.rng.integers(2, 6))
+  c, d = p.rng.normal(size=n), p.rng.normal(size=n)
   s, t = float(np.round(p.rng.normal(), 3)), np.float64(np.round(p.rng.normal(), 3))
-  x = p.rng.normal(size=3)
+  x = p.rng.normal(size=n)
 
-  def traced(what, f, *args):
+  def traced(what, f, *args, which=""):
+    """Record the jaxpr of `f` (with whether every atom is a Var or a Lit, and how many
+    constvars and consts it has), then its result on `args` with `which(closed)`."""
     closed = p.call(f"make_jaxpr of {what}", lambda: adx.make_jaxpr(f)(*args))
-    p.value(f"{what}: the jaxpr", str(closed))
-    p.value(f"{what}: every input and output is a Var or a Lit",
-            all(isinstance(a, (Var, Lit)) for e in closed.eqns for a in e.inputs)
-            and all(isinstance(a, (Var, Lit)) for a in closed.jaxpr.outvars))
-    p.value(f"{what}: the number of constvars and of consts",
-            (len(closed.jaxpr.constvars), len(closed.consts)))
+    p.value(f"{what}: the jaxpr; whether every input and output is a Var or a Lit; "
+            "the number of constvars and of consts",
+            (str(closed), all(isinstance(a, (Var, Lit)) for e in closed.eqns for a in e.inputs)
+             and all(isinstance(a, (Var, Lit)) for a in closed.jaxpr.outvars),
+             (len(closed.jaxpr.constvars), len(closed.consts))))
     p.call(f"typecheck_jaxpr of the jaxpr of {what}", typecheck_jaxpr, closed.jaxpr)
-    p.value(f"{what}: running it", p.call(f"running the jaxpr of {what}", closed, *args))
-    return closed
+    out = p.call(f"running the jaxpr of {what}", closed, *args)
+    if which:
+      p.value(f"{what}: running it, and {which}", (out, identity[which](closed)))
+    else:
+      p.value(f"{what}: running it", out)
 
-  closed = traced("(x * c + c) * s", lambda x: (x * c + c) * s, x)
-  p.value("(x * c + c) * s: the const is c itself", [k is c for k in closed.consts])
-  closed = traced("(x * t + np.array(2.)) * d - c", lambda x: (x * t + np.array(2.)) * d - c, x)
-  p.value("(x * t + np.array(2.)) * d - c: the consts are d then c",
-          [k is d for k in closed.consts] + [k is c for k in closed.consts])
+  identity = {
+      "whether the const is c itself": lambda closed: [k is c for k in closed.consts],
+      "whether the consts are d then c":
+          lambda closed: [k is d for k in closed.consts] + [k is c for k in closed.consts],
+      "whether the first output is the input variable":
+          lambda closed: closed.jaxpr.outvars[0] is closed.jaxpr.invars[0]}
+  traced("(x * c + c) * s", lambda x: (x * c + c) * s, x, which="whether the const is c itself")
+  traced("(x * t + np.array(2.)) * d - c", lambda x: (x * t + np.array(2.)) * d - c, x,
+         which="whether the consts are d then c")
   traced("a function of no inputs", lambda: lax.mul(s, 3.))
-  closed = traced("constant outputs", lambda x: (x, c, s), float(p.rng.normal()))
-  p.value("constant outputs: the first output is the input variable",
-          closed.jaxpr.outvars[0] is closed.jaxpr.invars[0])
+  traced("constant outputs", lambda x: (x, c, s), float(p.rng.normal()),
+         which="whether the first output is the input variable")
   traced("an int array constant, a comparison and a bool scalar",
-         lambda x: lax.convert_element_type(lax.greater(x * np.arange(3), 0.5), np.float64)
+         lambda x: lax.convert_element_type(lax.greater(x * np.arange(n), 0.5), np.float64)
          * np.bool_(True), x)
   closed = p.call("make_jaxpr of a jvp inside", lambda: adx.make_jaxpr(
       lambda y: adx.jvp(lambda y: anp.sin(y) * c, (y,), (s,)))(0.3))
@@ -236,29 +284,35 @@ def probe_2_4(p, get_const):
 @probe("2.5", answers=("nth_name", "pp_eqn"),
        removes={"autodidax.jaxpr:_nth_name": "nth_name", "autodidax.jaxpr:pp_eqn": "pp_eqn"})
 def probe_2_5(p, nth_name, pp_eqn):
-  fixed = [0, 1, 25, 26, 27, 51, 52, 675, 676, 677, 701, 702, 17575, 17576, 17577]
-  for n in fixed:
-    p.value(f"nth_name({n})", p.call(f"nth_name({n})", nth_name, n))
-  p.value("nth_name(n) for n < 800", p.call("nth_name(n) for n < 800",
-                                            lambda: [nth_name(n) for n in range(800)]))
+  edges = [0, 26, 52, 676, 702, 17576]   # where the names get a letter longer, or roll over
+  for i, edge in enumerate(edges):
+    ns = [max(0, edge + int(d)) for d in p.rng.integers(-2, 3, size=3)]
+    p.given(n=ns)
+    p.value(f"nth_name(n) for three n near edge #{i}: (n, name)",
+            p.call(f"nth_name near edge #{i}", lambda: [(n, nth_name(n)) for n in ns]))
+  some = [int(n) for n in p.rng.choice(800, size=100, replace=False)]
+  p.given()
+  p.value("nth_name(n) for 100 n < 800: (n, name)",
+          p.call("nth_name(n) for n < 800", lambda: [(n, nth_name(n)) for n in some]))
   for i, n in enumerate(p.rng.integers(800, 10**6, size=6)):
     p.given(n=int(n))
     p.value(f"nth_name of a large n (#{i}): (n, name)",
             (int(n), p.call(f"nth_name of a large n (#{i})", nth_name, int(n))))
   p.given()
 
-  c = p.rng.normal(size=3)
+  a, b, d = (int(n) for n in p.rng.integers(2, 9, size=3))
+  c = p.rng.normal(size=d)
   k = float(np.round(p.rng.normal(), 3))
   fs = [   # (what, function, args)
-      ("func1 of the chapter", lambda a, b: anp.sum(a + anp.sin(b) * 3.), (np.zeros(8, np.float32),) * 2),
-      ("a hoisted constant", lambda x: x * c + c * k, (np.ones(3),)),
-      ("broadcast and reshape", lambda x, y: anp.reshape(x + y, (6,)) * 2,
-       (np.ones(3, np.int32), np.ones((2, 1), np.int32))),
+      ("func1 of the chapter", lambda a, b: anp.sum(a + anp.sin(b) * 3.), (np.zeros(a, np.float32),) * 2),
+      ("a hoisted constant", lambda x: x * c + c * k, (np.ones(d),)),
+      ("broadcast and reshape", lambda x, y: anp.reshape(x + y, (a * b,)) * 2,
+       (np.ones(a, np.int32), np.ones((b, 1), np.int32))),
       ("a comparison and a conversion",
-       lambda x: lax.convert_element_type(lax.greater(x, k), np.float32), (np.ones((2, 2)),)),
-      ("a transpose and a max", lambda x: anp.max(anp.transpose(x), axis=(0, 1)), (np.ones((2, 3, 4)),)),
+       lambda x: lax.convert_element_type(lax.greater(x, k), np.float32), (np.ones((b, a)),)),
+      ("a transpose and a max", lambda x: anp.max(anp.transpose(x), axis=(0, 1)), (np.ones((a, b, d)),)),
       ("no inputs", lambda: lax.mul(k, 3), ()),
-      ("a bool literal", lambda x: lax.max(x, True), (np.ones(2, bool),)),
+      ("a bool literal", lambda x: lax.max(x, True), (np.ones(b, bool),)),
   ]
   for what, f, args in fs:
     closed = adx.make_jaxpr(f)(*args)
@@ -266,13 +320,14 @@ def probe_2_5(p, nth_name, pp_eqn):
       p.value(f"{what}: pp_eqn of equation {i}, with fresh names",
               p.call(f"{what}: pp_eqn of equation {i}", pp_eqn, eqn, jx.VarNames()))
     p.value(f"{what}: the printed jaxpr", p.call(f"printing the jaxpr of {what}", str, closed))
-  for n in (3, 30):
+  for what, n in (("a short", int(p.rng.integers(2, 6))), ("a long", int(p.rng.integers(27, 40)))):
     def chain(x):
       for _ in range(n):
         x = anp.sin(x)
       return x
-    p.value(f"a chain of {n} sines, printed",
-            p.call(f"printing a chain of {n} sines", lambda: str(adx.make_jaxpr(chain)(k))))
+    p.given(n=n)
+    p.value(f"{what} chain of n sines, printed",
+            p.call(f"printing {what} chain of n sines", lambda: str(adx.make_jaxpr(chain)(k))))
 
 
 @probe("2.6", answers=("fixed_jaxpr",))

@@ -20,9 +20,9 @@ from ..probe import probe
 def _lowered_and_run(p, what, fun, args):
   """Lower `fun` for `args`, verify the module, run it; record what matters."""
   text = p.call(f"lowering {what}", lambda: fun.lower(*args).as_text())
-  p.value(f"{what}: the module has a stablehlo.maximum", "stablehlo.maximum" in text)
   p.call(f"{what}: verifying the StableHLO module", runtime.verify, text)
-  p.value(f"{what}: the result", p.call(f"running {what}", fun, *args))
+  p.value(f"{what}: the result, and whether the module has a stablehlo.maximum",
+          (p.call(f"running {what}", fun, *args), "stablehlo.maximum" in text))
   return text
 
 
@@ -64,35 +64,42 @@ def probe_3_1(p, max_lowering):
                 "autodidax.lowering:_reduce_lowering": None, "autodidax.lax:lowest": None})
 def probe_3_2(p, reduce_max_lowering):
   r = p.rng
-  neg = -r.uniform(1., 5., size=(3, 4))   # all negative: 0 is a wrong init value
-  with_nan = r.normal(size=(2, 3))
-  with_nan[0, r.integers(3)] = np.nan
+  n, m = (int(k) for k in r.integers(2, 6, size=2))   # the widths of the cases
+  neg = -r.uniform(1., 5., size=(3, n))   # all negative: 0 is a wrong init value
+  with_nan = r.normal(size=(2, n))
+  with_nan[0, r.integers(n)] = np.nan
+  with_inf = r.normal(size=(2, n))
+  with_inf[r.integers(2)] = -np.inf
+  bools = r.integers(0, 2, size=(3, n)).astype(bool)
+  bools[r.integers(3)] = False   # a row of False
   cases = [   # (what, array, axes)
-      ("f32[3,4], all negative, axis 1", neg.astype(np.float32), (1,)),
-      ("f32[3,4], all negative, axis 0", neg.astype(np.float32), (0,)),
-      ("f64[3,4], all negative, both axes", neg, (0, 1)),
-      ("f64[3,4], no axes", neg, ()),
-      ("f64[2,3,4], axes (0, 2)", r.normal(size=(2, 3, 4)), (0, 2)),
-      ("f64[2,3] of -inf", np.full((2, 3), -np.inf), (1,)),
-      ("f64[2,3] with a NaN", with_nan, (1,)),
-      ("i32[3,4], all negative", -r.integers(1, 100, size=(3, 4)).astype(np.int32), (1,)),
-      ("i64[2,3], at the minimum", np.full((2, 3), np.iinfo(np.int64).min), (0,)),
-      ("u8[2,3]", r.integers(0, 256, size=(2, 3)).astype(np.uint8), (1,)),
-      ("bool[2,3], a row of False", np.array([[False, True, False], [False, False, False]]), (1,)),
-      ("an empty f32[0,3]", np.zeros((0, 3), np.float32), (0,)),
-      ("an empty f64[2,0]", np.zeros((2, 0)), (1,)),
-      ("an empty i32[0]", np.zeros((0,), np.int32), (0,)),
-      ("an empty u8[0]", np.zeros((0,), np.uint8), (0,)),
-      ("an empty bool[0,2]", np.zeros((0, 2), bool), (0,)),
+      ("f32[3,n], all negative, axis 1", neg.astype(np.float32), (1,)),
+      ("f32[3,n], all negative, axis 0", neg.astype(np.float32), (0,)),
+      ("f64[3,n], all negative, both axes", neg, (0, 1)),
+      ("f64[3,n], no axes", neg, ()),
+      ("f64[2,3,n], axes (0, 2)", r.normal(size=(2, 3, n)), (0, 2)),
+      ("f64[2,n], a row of -inf", with_inf, (1,)),
+      ("f64[2,n] with a NaN", with_nan, (1,)),
+      ("i32[3,n], all negative", -r.integers(1, 100, size=(3, n)).astype(np.int32), (1,)),
+      ("i64[m,n], at the minimum", np.full((m, n), np.iinfo(np.int64).min), (0,)),
+      ("u8[2,n]", r.integers(0, 256, size=(2, n)).astype(np.uint8), (1,)),
+      ("bool[3,n], a row of False", bools, (1,)),
+      ("an empty f32[0,n]", np.zeros((0, n), np.float32), (0,)),
+      ("an empty f64[m,0]", np.zeros((m, 0)), (1,)),
+      ("an empty i32[0,n]", np.zeros((0, n), np.int32), (0,)),
+      ("an empty u8[0,m]", np.zeros((0, m), np.uint8), (0,)),
+      ("an empty bool[0,n]", np.zeros((0, n), bool), (0,)),
   ]
   with lowering.lowering_rules.override(lax.reduce_max_p, reduce_max_lowering):
     for what, x, axes in cases:
+      p.given(n=n, m=m)
       fun = adx.jit(lambda x, axes=axes: lax.reduce_max(x, axes))
       text = p.call(f"lowering {what}", lambda: fun.lower(x).as_text())
-      p.value(f"{what}: the module has a stablehlo.reduce with a stablehlo.maximum",
-              "stablehlo.reduce" in text and "stablehlo.maximum" in text)
       p.call(f"{what}: verifying the StableHLO module", runtime.verify, text)
-      p.value(f"{what}: the result", p.call(f"running {what}", fun, x))
+      p.value(f"{what}: the result, and whether the module has a stablehlo.reduce with a "
+              "stablehlo.maximum", (p.call(f"running {what}", fun, x),
+                                    "stablehlo.reduce" in text and "stablehlo.maximum" in text))
+    p.given()
     xs = r.normal(size=(4, 5))
     p.value("jit of vmap of max", p.call("jit of vmap of max",
                                          adx.jit(adx.vmap(lambda v: anp.max(v))), xs))
@@ -106,7 +113,8 @@ def probe_3_2(p, reduce_max_lowering):
 def probe_3_3(p, xla_call_vmap):
   r = p.rng
   W = r.normal(size=(3, 2))   # a constant the jitted functions close over
-  xs, ys = r.normal(size=(4, 3)), r.normal(size=(3, 4))
+  B = int(r.choice([2, 4, 5, 6]))   # the batch size, never 3 (the other axis)
+  xs, ys = r.normal(size=(B, 3)), r.normal(size=(3, B))
   x, y = r.normal(size=3), r.normal(size=3)
   f = lambda x, y: (anp.sin(x) * y + 1., anp.tanh(y) * 2.)   # the second output ignores x
   g = lambda x: anp.tanh(anp.dot(x, W))                       # W: a const of the jaxpr
@@ -131,12 +139,15 @@ def probe_3_3(p, xla_call_vmap):
        core.impl_rules.override(xla_call_p, counting_impl):
     for what, h, args in cases:
       executed.clear()
-      p.value(f"vmap of jit, {what}", p.call(f"vmap of jit, {what}", h(), *args))
-      p.value(f"vmap of jit, {what}: the number of compiled programs that ran", len(executed))
+      out = p.call(f"vmap of jit, {what}", h(), *args)
+      p.value(f"vmap of jit, {what}: the result, and the number of compiled programs that ran",
+              (out, len(executed)))
     executed.clear()
-    p.call("vmap of jit over 4 elements", vmap(jit(f), in_axes=(0, None)), xs, y)
-    p.value("vmap of jit over 4 elements: the input shapes of the programs that ran", executed)
-    ts = r.normal(size=(4, 3))
+    p.call("vmap of jit over B elements", vmap(jit(f), in_axes=(0, None)), xs, y)
+    p.given(B=B)
+    p.value("vmap of jit over B elements: the input shapes of the programs that ran", executed)
+    p.given()
+    ts = r.normal(size=(B, 3))
     primal, tangent = p.call("jvp of vmap of jit", adx.jvp, vmap(jit(g)), (xs,), (ts,))
     p.value("jvp of vmap of jit (primal)", primal)
     p.value("jvp of vmap of jit (tangent)", tangent)
@@ -198,15 +209,13 @@ def probe_3_4(p, cache_key):
       fun = adx.jit(f, static_argnums=static_argnums)
       for what, args in calls:
         got = p.call(f"calling the jitted function with {what}", fun, *args)
-        p.value(f"static_argnums={static_argnums}, {what}: the result", got)
-        p.value(f"static_argnums={static_argnums}, after the call with {what}: traces in all",
-                fun.trace_count)
+        p.value(f"static_argnums={static_argnums}, {what}: the result, and the traces in all "
+                "after the call", (got, fun.trace_count))
       n = fun.trace_count
       arr = p.call("a jitted result", adx.jit(lambda x: x * 1.), a32)
-      p.value(f"static_argnums={static_argnums}, a device Array: the result",
-              p.call("calling with a device Array", fun, arr, 2, y32))
-      p.value(f"static_argnums={static_argnums}, a device Array f32[3] reuses the trace "
-              "for f32[3]", fun.trace_count == n)
+      got = p.call("calling with a device Array", fun, arr, 2, y32)
+      p.value(f"static_argnums={static_argnums}, a device Array: the result, and whether it "
+              "reuses the trace for f32[3]", (got, fun.trace_count == n))
     p.raises("hashing the key with a list as a static argument (unhashable)",
              lambda: hash(cache_key((a32, [1, 2], y32), (1,))))
 
@@ -233,9 +242,10 @@ def probe_3_5(p, device_buffer):
     arr = p.call("making a device Array with jit", adx.jit(lambda x: x * 2.), x32)
     reset()
     buf = p.call("device_buffer(an Array on the platform, ...)", device_buffer, arr, arr.aval, "cpu")
-    p.value("an Array on the platform: its own buffer is handed over", buf is arr._buf)
-    p.value("an Array on the platform: the copies made", dict(copies))
-    p.value("an Array on the platform: its data was not fetched to the host", arr._npy is None)
+    p.value("an Array on the platform: whether its own buffer is handed over, the copies made, "
+            "whether its data stayed on the device, and the buffer's contents",
+            (buf is arr._buf, dict(copies), arr._npy is None,
+             p.call("reading back an Array on the platform", to_host, buf)))
     host_cases = [   # (what, value, aval)
         ("an f32 array for f32[3]", r.normal(size=3).astype(np.float32), ShapedArray((3,), np.float32)),
         ("an f64 array for f32[3]", r.normal(size=3), ShapedArray((3,), np.float32)),
@@ -251,25 +261,23 @@ def probe_3_5(p, device_buffer):
     for what, val, aval in host_cases:
       reset()
       buf = p.call(f"device_buffer({what})", device_buffer, val, aval, "cpu")
-      p.value(f"{what}: a device buffer", runtime.is_buffer(buf))
-      p.value(f"{what}: the copies made", dict(copies))
-      p.value(f"{what}: the buffer's contents", p.call(f"reading back {what}", to_host, buf))
+      p.value(f"{what}: whether it is a device buffer, the copies made, and its contents",
+              (runtime.is_buffer(buf), dict(copies), p.call(f"reading back {what}", to_host, buf)))
     other = Array(arr._buf, arr.aval, "some_other_platform")
     reset()
     buf = p.call("device_buffer(an Array of another platform)", device_buffer,
                  other, other.aval, "cpu")
-    p.value("an Array of another platform: a new buffer", buf is not other._buf)
-    p.value("an Array of another platform: copies to the device", copies["to_device"])
-    p.value("an Array of another platform: the buffer's contents",
-            p.call("reading back an Array of another platform", to_host, buf))
+    p.value("an Array of another platform: whether it is a new buffer, the copies to the "
+            "device, and its contents", (buf is not other._buf, copies["to_device"],
+                                         p.call("reading back an Array of another platform",
+                                                to_host, buf)))
 
     # Chained jitted calls: one copy in, none in between, none out until asked.
     h = adx.jit(lambda x: anp.tanh(x) * 3. + 1.)
     p.call("h(x), to compile h", h, x32)
     reset()
     z = p.call("h(h(h(x)))", lambda: h(h(h(x32))))
-    p.value("h(h(h(x))): the copies made", dict(copies))
-    p.value("h(h(h(x)))", z, rtol=1e-6, atol=1e-6)
+    p.value("h(h(h(x))): the copies made, and the result", (dict(copies), z), rtol=1e-6, atol=1e-6)
     # A compiled program (which never retraces) works with its own types and refuses
     # others, as JAX's does, before any copy.
     compiled = p.call("compiling x * x for f32[3]", lambda: adx.jit(lambda x: x * x).lower(x32).compile())

@@ -25,11 +25,20 @@ def _undef(shape, dtype=F64):
   return UndefPrimal(ShapedArray(tuple(shape), dtype))
 
 
-def _one_entry(p, what, out):
-  """Record that a rule returned a list of one cotangent; that cotangent."""
+def _or_error(fn, *args, **kwargs):
+  """`fn(*args, **kwargs)`, or the error it raises, by name (NotImplementedError goes through)."""
+  try:
+    return fn(*args, **kwargs)
+  except NotImplementedError:
+    raise
+  except Exception as e:  # noqa: BLE001 (the learner's code)
+    return f"raises {type(e).__name__}"
+
+
+def _one_entry(out):
+  """Whether a rule returned a list of one cotangent, and that cotangent."""
   ok = isinstance(out, (list, tuple)) and len(out) == 1
-  p.value(f"{what}: returns a list of one cotangent", ok)
-  return out[0] if ok else out
+  return ok, out[0] if ok else out
 
 
 @probe("4.1", answers=("reduce_sum_transpose", "broadcast_transpose"),
@@ -43,14 +52,16 @@ def probe_4_1(p, reduce_sum_transpose, broadcast_transpose):
     ct = p.rng.normal(size=out_shape).astype(dtype)
     what = f"reduce_sum_transpose for an operand {dtype.name}{list(shape)}, axes={axes}"
     out = p.call(what, reduce_sum_transpose, ct, _undef(shape, dtype), axes=axes)
-    p.value(what, _one_entry(p, what, out))
+    p.value(f"{what}: whether it returns a list of one cotangent, and that cotangent",
+            _one_entry(out))
   for shape, out_shape, axes, dtype in [
       ((3,), (2, 3), (0,), F64), ((3,), (3, 4), (1,), F64), ((), (2, 3), (0, 1), F64),
       ((2, 3), (2, 4, 3), (1,), F32), ((2, 3), (5, 2, 3, 4), (0, 3), F64), ((2,), (2,), (), F64)]:
     ct = p.rng.normal(size=out_shape).astype(dtype)
     what = f"broadcast_transpose from {dtype.name}{list(shape)} to {list(out_shape)}, axes={axes}"
     out = p.call(what, broadcast_transpose, ct, _undef(shape, dtype), shape=out_shape, axes=axes)
-    p.value(what, _one_entry(p, what, out))
+    p.value(f"{what}: whether it returns a list of one cotangent, and that cotangent",
+            _one_entry(out))
 
   w = p.rng.normal(size=(3, 4))
   fns = [("sum over axis 1", lambda x: anp.sum(anp.sin(x) * w, axis=1), p.rng.normal(size=(3, 4))),
@@ -83,12 +94,19 @@ def probe_4_2(p, mul_transpose):
               f"the other a {type(known).__name__} of shape {np.shape(known)}")
       out = p.call(what, mul_transpose, ct, x, y)
       ok = isinstance(out, (list, tuple)) and len(out) == 2
-      p.value(f"{what}: returns a list of two entries", ok)
-      if ok:
-        p.value(f"{what}: which entries are None", [o is None for o in out])
-        p.value(f"{what}: the linear operand's cotangent", out[0 if linear == "x" else 1])
-  p.raises("mul_transpose with both operands linear", mul_transpose,
-           np.ones(3), _undef((3,)), _undef((3,)))
+      p.value(f"{what}: whether it returns a list of two entries, which are None, and the "
+              "linear operand's cotangent",
+              (ok, [o is None for o in out], out[0 if linear == "x" else 1]) if ok else (ok,))
+  n = int(p.rng.integers(2, 6))
+  ct, known = p.rng.normal(size=n), p.rng.normal(size=n)
+  pair = [("both operands linear", (ct, _undef((n,)), _undef((n,)))),
+          ("x linear, y known", (ct, _undef((n,)), known))]
+  for k, i in enumerate(p.rng.permutation(2)):   # in a seeded order
+    what, args = pair[i]
+    p.given(case=what, n=n)
+    p.value(f"mul_transpose, seeded case #{k}: its cotangents, or the error raised",
+            p.call(f"mul_transpose, seeded case #{k}", _or_error, mul_transpose, *args))
+  p.given()
 
   v, m, s = p.rng.normal(size=3), p.rng.normal(size=(2, 3)), float(p.rng.normal())
   fns = [("x * 3.", lambda x: x * 3., (v,)),
@@ -120,16 +138,16 @@ def probe_4_3(p, instantiate_const):
       known = trace.pure(val)
       what = f"instantiate_const of a known value of shape {np.shape(val)}"
       r = p.call(what, instantiate_const, trace, known)
-      p.value(f"{what}: a new PartialEvalTracer", isinstance(r, pe.PartialEvalTracer) and r is not known)
-      p.value(f"{what}: of the same trace", getattr(getattr(r, "_trace", None), "main", None) is main)
-      pval = getattr(r, "pval", None)
-      p.value(f"{what}: unknown, of the known value's type",
-              isinstance(pval, pe.PartialVal) and pval.is_unknown and pval.aval == known.aval)
-      recipe = getattr(r, "recipe", None)
-      p.value(f"{what}: its recipe is ConstRecipe(the known value itself)",
-              type(recipe) is pe.ConstRecipe and recipe.val is val)
-      p.value(f"{what}: the known tracer is left as it was",
-              known.pval.is_known and known.pval.const is val and known.recipe is None)
+      pval, recipe = getattr(r, "pval", None), getattr(r, "recipe", None)
+      p.value(f"{what}: whether it is a new PartialEvalTracer, of the same trace, unknown, of "
+              "the known value's type; whether its recipe is ConstRecipe(the known value "
+              "itself), and the known tracer is left as it was; the recipe's value",
+              (isinstance(r, pe.PartialEvalTracer) and r is not known,
+               getattr(getattr(r, "_trace", None), "main", None) is main,
+               isinstance(pval, pe.PartialVal) and pval.is_unknown and pval.aval == known.aval,
+               type(recipe) is pe.ConstRecipe and recipe.val is val,
+               known.pval.is_known and known.pval.const is val and known.recipe is None,
+               getattr(recipe, "val", None)))
 
   v, m = p.rng.normal(size=3), p.rng.normal(size=(2, 3))
   fns = [("sin(x) * x", lambda x: anp.sin(x) * x, (v,)),
@@ -140,18 +158,16 @@ def probe_4_3(p, instantiate_const):
     y, f_lin = p.call(f"linearize of {what}", adx.linearize, f, *args)
     p.value(f"linearize of {what}: the primal output", y)
     ts = [p.rng.normal(size=np.shape(a)) for a in args]
-    p.value(f"linearize of {what}: f_lin(t)", p.call(f"f_lin of {what}", f_lin, *ts))
-    p.value(f"linearize of {what}: the number of constants (residuals) of the linear jaxpr",
-            len(f_lin.jaxpr.consts))
+    p.value(f"linearize of {what}: f_lin(t), and the number of constants (residuals) of the "
+            "linear jaxpr", (p.call(f"f_lin of {what}", f_lin, *ts), len(f_lin.jaxpr.consts)))
   # x known, y unknown: sin(x) is computed now and becomes the staged mul's constant.
   x, t = p.rng.normal(size=2), p.rng.normal(size=2)
   jaxpr, pvals, consts = p.call(
       "partial_eval_flat of sin(x) * y, x known", pe.partial_eval_flat,
       lambda x, y: [anp.sin(x) * y],
       [pe.PartialVal.known(x), pe.PartialVal.unknown(ShapedArray((2,), F64))])
-  p.value("sin(x) * y, x known: staged equations, constants, is the output unknown",
-          [len(jaxpr.eqns), len(consts), pvals[0].is_unknown])
-  p.value("sin(x) * y, x known: the staged jaxpr's constants", consts)
+  p.value("sin(x) * y, x known: staged equations, constants, is the output unknown; the "
+          "staged jaxpr's constants", ([len(jaxpr.eqns), len(consts), pvals[0].is_unknown], consts))
   p.value("sin(x) * y, x known: evaluating the staged jaxpr",
           p.call("evaluating the staged jaxpr", eval_jaxpr, jaxpr, consts, t))
 
@@ -197,11 +213,9 @@ def probe_4_4(p, split_eqns):
       where = f"{what}, in_unknowns={list(in_unknowns)}"
       split = p.call(f"split_eqns ({where})", split_eqns, jaxpr, list(in_unknowns))
       eqns1, eqns2, residuals, out_unknowns = split
-      p.value(f"{where}: which outputs are unknown", [bool(u) for u in out_unknowns])
-      p.value(f"{where}: the known and unknown equations (their positions)",
-              [[jaxpr.eqns.index(e) for e in eqns1], [jaxpr.eqns.index(e) for e in eqns2]])
-      p.value(f"{where}: where each residual comes from (sorted)",
-              sorted(origin.get(r, "not a variable of the jaxpr") for r in residuals))
+      found = ([bool(u) for u in out_unknowns],
+               [[jaxpr.eqns.index(e) for e in eqns1], [jaxpr.eqns.index(e) for e in eqns2]],
+               sorted(origin.get(r, "not a variable of the jaxpr") for r in residuals))
       jaxpr1, jaxpr2 = _assemble(jaxpr, in_unknowns, split)
       p.call(f"typecheck_jaxpr of the known half ({where})", typecheck_jaxpr, jaxpr1)
       p.call(f"typecheck_jaxpr of the unknown half ({where})", typecheck_jaxpr, jaxpr2)
@@ -211,13 +225,16 @@ def probe_4_4(p, split_eqns):
       n_known = len(outs1) - len(residuals)
       outs2 = p.call(f"evaluating the unknown half ({where})", eval_jaxpr, jaxpr2, [],
                      *outs1[n_known:], *unknown_args)
-      p.value(f"{where}: the known outputs, then the unknown ones", [outs1[:n_known], outs2])
+      p.value(f"{where}: which outputs are unknown; the known and unknown equations (their "
+              "positions); where each residual comes from (sorted); the known outputs, then "
+              "the unknown ones", (*found, [outs1[:n_known], outs2]))
 
 
 @probe("4.5", answers=("backward_pass",), removes={"autodidax.ad:backward_pass": "backward_pass"})
 def probe_4_5(p, backward_pass):
-  s = ShapedArray((3,), F64)
-  ct1, ct2 = p.rng.normal(size=3), p.rng.normal(size=3)
+  n = int(p.rng.integers(2, 6))
+  s = ShapedArray((n,), F64)
+  ct1, ct2 = p.rng.normal(size=n), p.rng.normal(size=n)
   mul_rule = ad.transpose_rules[lax.mul_p]
   calls = []   # "ct" or "Zero": the cotangents the mul rule was called with
 
@@ -230,14 +247,14 @@ def probe_4_5(p, backward_pass):
                                 for a in args]).jaxpr
     calls.clear()
     out = p.call(f"backward_pass of {what}", backward_pass, jaxpr, list(args), list(cts))
-    p.value(f"backward_pass of {what}: a list of one entry per linear input",
-            len(out) if isinstance(out, list) else f"a {type(out).__name__}")
-    p.value(f"backward_pass of {what}: which entries are symbolic Zeros",
-            [type(o) is Zero for o in out])
-    p.value(f"backward_pass of {what}: the cotangents", [ad.instantiate_zeros(o) for o in out])
-    p.value(f"backward_pass of {what}: the cotangents the mul rule was called with", list(calls))
+    p.given(n=n)
+    p.value(f"backward_pass of {what}: how many entries (one per linear input), which are "
+            "symbolic Zeros, the cotangents, and the cotangents the mul rule was called with",
+            (len(out) if isinstance(out, list) else f"a {type(out).__name__}",
+             [type(o) is Zero for o in out], [ad.instantiate_zeros(o) for o in out], list(calls)))
+    p.given()
 
-  a = p.rng.normal(size=3)
+  a = p.rng.normal(size=n)
   with ad.transpose_rules.override(lax.mul_p, spy_mul):
     transpose("t + t (t used twice)", lambda t: t + t, [UndefPrimal(s)], [ct1])
     transpose("(t * 2, t * 3 + t) (t used three times)", lambda t: (t * 2., t * 3. + t),
@@ -258,7 +275,7 @@ def probe_4_5(p, backward_pass):
       z = x * (z + z)
     return anp.sum(z)
 
-  v = p.rng.normal(size=3)
+  v = p.rng.normal(size=n)
   fns = [("sin(x) * cos(x)", lambda x: anp.sum(anp.sin(x) * anp.cos(x))),
          ("x * x * x", lambda x: anp.sum(x * x * x)),
          ("z = x * (z + z), 6 times", lambda x: chain(x, 6)),
@@ -309,10 +326,9 @@ def probe_4_6(p, grad):
     calls.clear()
     g = p.call(f"grad(f, argnums={argnums})", grad, counted(f), argnums)
     got = p.call(f"grad of {what}", g, *args)
-    p.value(f"grad of {what}: the type of the result", type(got).__name__
-            if isinstance(got, (tuple, list, dict)) else "an array or scalar")
-    p.value(f"grad of {what}", got)
-    p.value(f"grad of {what}: f called once", len(calls))
+    p.value(f"grad of {what}: the type of the result, the result, and how often it called f",
+            (type(got).__name__ if isinstance(got, (tuple, list, dict)) else "an array or scalar",
+             got, len(calls)))
 
   params = {"w": m, "b": p.rng.normal(size=2)}
   loss = lambda q, x: anp.sum(anp.tanh(q["w"] @ x + q["b"]) ** 2)
@@ -323,12 +339,23 @@ def probe_4_6(p, grad):
   x0 = float(p.rng.normal())
   p.value("grad of grad of sin(x) x^2",
           p.call("grad of grad", grad(grad(lambda x: anp.sin(x) * x * x)), x0))
-  for what, f in [("a vector output", lambda x: anp.sin(x)),
-                  ("a tuple output", lambda x: (anp.sum(x), anp.sum(x))),
-                  ("a (1,)-shaped output", lambda x: anp.sum(x, keepdims=True)),
-                  ("an integer output", lambda x: anp.astype(anp.sum(x), np.int32)),
-                  ("a bool output", lambda x: anp.sum(x) > 0.)]:
-    p.raises(f"grad of a function with {what}", lambda f=f: grad(f)(v))
+  outputs = [   # grad refuses the first five, in a seeded order with the others
+      ("a vector output", lambda x: anp.sin(x)),
+      ("a tuple output", lambda x: (anp.sum(x), anp.sum(x))),
+      ("a (1,)-shaped output", lambda x: anp.sum(x, keepdims=True)),
+      ("an integer output", lambda x: anp.astype(anp.sum(x), np.int32)),
+      ("a bool output", lambda x: anp.sum(x) > 0.),
+      ("a scalar output", lambda x: anp.sum(anp.sin(x))),
+      ("a 0-d float32 output", lambda x: anp.astype(anp.sum(x * x), np.float32)),
+      ("an output of shape ()", lambda x: anp.reshape(anp.sum(anp.cos(x)), ())),
+      ("a scalar output built from an integer", lambda x: anp.sum(x) * 3),
+  ]
+  for k, i in enumerate(p.rng.permutation(len(outputs))):
+    what, f = outputs[i]
+    p.given(output=what)
+    p.value(f"grad of a function, seeded case #{k}: the gradient, or the error raised",
+            p.call(f"grad of a function, seeded case #{k}", _or_error, lambda: grad(f)(v)))
+  p.given()
 
 
 def _count(x):
@@ -372,8 +399,9 @@ def probe_4_7(p, naive_binds, fast_grad, VJP_RULES):
     return z
 
   a = float(p.rng.uniform(0.3, 0.6))
-  programs = [("the chain, n=3", lambda x: chain(x, 3), (a,)),
-              ("the chain, n=12", lambda x: chain(x, 12), (a,)),
+  short, long = int(p.rng.integers(2, 6)), int(p.rng.integers(10, 16))
+  programs = [("the chain, a short n", lambda x: chain(x, short), (a,)),
+              ("the chain, a long n", lambda x: chain(x, long), (a,)),
               ("sin(x) * y + x * x", lambda x, y: anp.sin(x) * y + x * x,
                (float(p.rng.normal()), float(p.rng.normal()))),
               ("sum(sin(x * x) * x)", lambda x: anp.sum(anp.sin(x * x) * x), (p.rng.normal(size=3),)),
@@ -382,20 +410,25 @@ def probe_4_7(p, naive_binds, fast_grad, VJP_RULES):
     for what, f, args in programs:
       jaxpr = adx.make_jaxpr(f)(*args).jaxpr
       calls.clear()
+      p.given(n=short if "short" in what else long if "long" in what else None)
       got = p.call(f"fast_grad of {what}", fast_grad, jaxpr, list(args))
-      p.value(f"fast_grad of {what}: one gradient per input",
-              len(got) if isinstance(got, (list, tuple)) else f"a {type(got).__name__}")
-      p.value(f"fast_grad of {what}", [np.asarray(g) for g in got])
-      p.value(f"fast_grad of {what}: how often it called each rule of VJP_RULES", dict(calls))
-  counts = {}
-  for n in (10, 20, 40):
-    jaxpr = adx.make_jaxpr(lambda x: chain(x, n))(a).jaxpr
+      p.value(f"fast_grad of {what}: how many gradients (one per input), the gradients, and "
+              "how often it called each rule of VJP_RULES",
+              (len(got) if isinstance(got, (list, tuple)) else f"a {type(got).__name__}",
+               [np.asarray(g) for g in got], dict(calls)))
+  n = int(p.rng.integers(8, 13))
+  grads, counts = [], []
+  for length in (n, 2 * n, 4 * n):
+    jaxpr = adx.make_jaxpr(lambda x: chain(x, length))(a).jaxpr
     with recorded_binds() as binds:
-      got = p.call(f"fast_grad of the chain, n={n}", fast_grad, jaxpr, [a])
-    p.value(f"fast_grad of the chain, n={n}", [np.asarray(g) for g in got])
-    counts[n] = len(binds)
-  p.value("the number of binds grows linearly with n (at most 10 n)",
-          counts[40] - counts[20] == 2 * (counts[20] - counts[10]) and counts[40] <= 10 * 40)
+      got = p.call(f"fast_grad of the chain, n={length}", fast_grad, jaxpr, [a])
+    grads.append([np.asarray(g) for g in got])
+    counts.append(len(binds))
+  p.given(n=n)
+  p.value("fast_grad of the chain for n, 2 n and 4 n, and whether the number of binds grows "
+          "linearly with n (at most 10 binds per link)",
+          (grads, counts[2] - counts[1] == 2 * (counts[1] - counts[0]) and counts[2] <= 40 * n))
+  p.given()
 
 
 # --- Reverse mode through control flow ------------------------------------------------------------
@@ -417,21 +450,22 @@ def probe_4_8(p, cond_transpose):
     return out
 
   x, y, c = p.rng.normal(size=3), p.rng.normal(size=3), p.rng.normal(size=3)
+  s = float(p.rng.normal())
   two = lambda flag, x, y: anp.sum(lax.cond(flag, lambda x, y: anp.sin(x) * y,
                                             lambda x, y: x * x - y, x, y))
-  unused = lambda flag, x, y: anp.sum(lax.cond(flag, lambda x, y: x * 3., lambda x, y: x * y, x, y))
-  closes = lambda flag, x: anp.sum(lax.cond(flag, lambda x: anp.exp(x) * c, lambda x: x + c, x))
+  unused = lambda flag, x, y: anp.sum(lax.cond(flag, lambda x, y: x * s, lambda x, y: x * y, x, y))
+  closes = lambda flag, x: anp.sum(lax.cond(flag, lambda x: anp.exp(x) * c, lambda x: x * c + c, x))
   pair = lambda flag, x: lax.cond(flag, lambda x: (anp.sum(x * x), anp.sum(anp.sin(x))),
-                                  lambda x: (anp.sum(x), anp.sum(x * c)), x)[0]
+                                  lambda x: (anp.sum(x * c), anp.sum(x)), x)[0]
   three = lambda i, x, y: anp.sum(lax.switch(i, [lambda x, y: x * y, lambda x, y: anp.tanh(x),
                                                  lambda x, y: y * c], x, y))
   with ad.transpose_rules.override(control_flow.cond_p, spy):
     for flag in (True, False):
       seen.clear()
       _switch_grads(p, f"cond(sin(x) * y, x * x - y), pred={flag}", two, (flag, x, y), (1, 2))
-      _switch_grads(p, f"cond(x * 3, x * y), pred={flag}, y's cotangent in the first branch "
+      _switch_grads(p, f"cond(x * s, x * y), pred={flag}, y's cotangent in the first branch "
                     "is a symbolic Zero", unused, (flag, x, y), (1, 2))
-      _switch_grads(p, f"cond(exp(x) * c, x + c), pred={flag}, c a closed-over constant",
+      _switch_grads(p, f"cond(exp(x) * c, x * c + c), pred={flag}, c a closed-over constant",
                     closes, (flag, x), 1)
       _switch_grads(p, f"a cond with two outputs, the second unused (a Zero cotangent), "
                     f"pred={flag}", pair, (flag, x), 1)
@@ -445,8 +479,16 @@ def probe_4_8(p, cond_transpose):
             sum(e.primitive is control_flow.cond_p for e in jaxpr.jaxpr.eqns))
     simple = adx.make_jaxpr(lambda x: lax.cond(True, lambda x: x * 2., lambda x: x * 3., x))(x)
     (branches,) = [e.params["branches"] for e in simple.jaxpr.eqns if e.primitive is control_flow.cond_p]
-    p.raises("cond_transpose with a linear index (raise a ValueError)", cond_transpose,
-             [np.ones(3)], _undef((), np.dtype("int32")), _undef((3,)), branches=branches)
+    ct = p.rng.normal(size=3)
+    pair = [("a linear index (raise a ValueError)", _undef((), np.dtype("int32"))),
+            ("a known index", np.int32(p.rng.integers(2)))]
+    for k, i in enumerate(p.rng.permutation(2)):   # in a seeded order
+      what, index = pair[i]
+      p.given(index=what)
+      p.value(f"cond_transpose, seeded case #{k}: its cotangents, or the error raised",
+              p.call(f"cond_transpose, seeded case #{k}", _or_error, cond_transpose, [ct], index,
+                     _undef((3,)), branches=branches))
+    p.given()
 
 
 @contextmanager
@@ -485,14 +527,14 @@ def probe_4_9(p, scan_vjp):
     for what, f, init, xs in bodies:
       with recorded_binds() as binds:
         final, backward = p.call(f"scan_vjp for {what}", scan_vjp, f, init, xs)
-      p.value(f"{what}: the final carry", final)
-      p.value(f"{what}: scans bound by the forward pass", binds.count("scan"))
+      p.value(f"{what}: the final carry, and the scans bound by the forward pass",
+              (final, binds.count("scan")))
       ct = p.rng.normal(size=np.shape(final))
       with recorded_binds() as binds:
         cts = p.call(f"backward for {what}", backward, ct)
-      p.value(f"{what}: backward(ct) returns a pair", isinstance(cts, (tuple, list)) and len(cts) == 2)
-      p.value(f"{what}: the cotangents of init and xs", list(cts))
-      p.value(f"{what}: scans bound by the backward pass (one, reversed)", binds.count("scan"))
+      p.value(f"{what}: whether backward(ct) returns a pair, the cotangents of init and xs, "
+              "and the scans bound by the backward pass (one, reversed)",
+              (isinstance(cts, (tuple, list)) and len(cts) == 2, list(cts), binds.count("scan")))
       jitted = adx.jit(lambda init, xs, ct, f=f: scan_vjp(f, init, xs)[1](ct))
       p.value(f"{what}: the same, under jit",
               list(p.call(f"jit of scan_vjp for {what}", jitted, init, xs, ct)))
