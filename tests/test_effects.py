@@ -263,3 +263,76 @@ def test_pictures_of_tokens_and_discharge_say_what_they_show():
   frames = viz.discharge_frames(adx.make_jaxpr(bump)(X3).jaxpr)
   assert len(frames) == 4 and frames[1][0].splitlines()[1].startswith("▶ b[0] <- 3.0")
   assert "Ref" not in frames[-1][1] and "dynamic_update_slice" in frames[-1][1]
+
+
+# --- Refs that a jit, checkpoint, custom_jvp/vjp or shard_map body closes over ------------------
+
+def _closing_over(m, kind):
+  def f(x):
+    r = m.new_ref(x)
+    if kind == "checkpoint":
+      g = m.checkpoint(lambda y: (r.__setitem__(..., r[...] + y), r[...] * 2.)[1])
+      return g(x)
+    if kind == "nested_jit":
+      m.jit(lambda: r.__setitem__(..., r[...] + 1.))()
+      return r[...]
+    if kind == "jit_in_scan":   # a jit body writing a Ref, inside a loop
+      def body(c, _):
+        m.jit(lambda: r.__setitem__(..., r[...] * c))()
+        return c + 1., None
+      (m.lax if m is jax else lax).scan(body, np.float32(1.), None, length=3)
+      return r[...]
+    g = m.custom_vjp(lambda y: r[...] * y)   # reads only
+    g.defvjp(lambda y: (g(y), y), lambda y, ct: (ct * 5.,))
+    return g(x)
+  return f
+
+
+@pytest.mark.parametrize("kind", ["checkpoint", "nested_jit", "jit_in_scan", "custom_vjp"])
+def test_refs_closed_over_by_calls_are_discharged_as_jax_does(kind):
+  x = np.float32(1.5)
+  want = jax.jit(_closing_over(jax, kind))(x)
+  np.testing.assert_allclose(adx.jit(_closing_over(adx, kind))(x), want, rtol=1e-6)
+  if kind == "checkpoint":   # JAX's 4.0 for x = 1
+    assert float(adx.jit(_closing_over(adx, kind))(np.float32(1.))) == 4.0
+    d = state.discharge_if_stateful(adx.make_jaxpr(_closing_over(adx, kind))(x).jaxpr)
+    assert "Ref" not in str(d) and d.effects == frozenset()
+
+
+def test_custom_rules_read_a_closed_over_ref_and_refuse_a_write():
+  def f(x):
+    r = adx.new_ref(np.float32(3.))
+    g = adx.custom_jvp(lambda y: r[...] * y)
+    g.defjvp(lambda p, t: (r[...] * p[0], t[0] * 5.))   # the rule's derivative, not 3
+    return g(x)
+  assert float(adx.jit(f)(np.float32(2.))) == 6.0
+  assert float(adx.jit(adx.grad(f))(np.float32(2.))) == 5.0
+
+  def writes(x):
+    r = adx.new_ref(x)
+    g = adx.custom_jvp(lambda y: (r.__setitem__(..., r[...] + y), r[...])[1])
+    g.defjvp(lambda p, t: (g(*p), t[0]))
+    return g(x)
+  with pytest.raises(NotImplementedError, match="writes a Ref it closes over"):
+    adx.jit(writes)(np.float32(1.))
+
+
+def test_a_shard_map_body_writes_a_replicated_ref():
+  from autodidax.sharding import PartitionSpec as P
+  mesh = adx.make_mesh((len(adx.devices()),), ("i",))
+  n = mesh.size
+
+  def f(x):
+    r = adx.new_ref(np.zeros(3, np.float32))
+    body = lambda y: (r.__setitem__(..., r[...] + 1.), y * 2.)[1]
+    out = adx.shard_map(body, mesh=mesh, in_specs=P("i"), out_specs=P("i"))(x)
+    return out, r[...]
+  out, r = adx.jit(f)(np.arange(n, dtype=np.float32))
+  np.testing.assert_allclose(out, np.arange(n) * 2.)
+  np.testing.assert_allclose(r, np.ones(3))
+
+
+def test_a_jit_closing_over_an_eager_ref_says_what_to_do():
+  r = adx.new_ref(np.float32(1.))
+  with pytest.raises(TypeError, match="create it inside the function"):
+    adx.jit(lambda: r.__setitem__(..., r[...] + 1.))()

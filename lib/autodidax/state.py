@@ -13,7 +13,7 @@ import numpy as np
 
 from . import core, effects, lax
 from .core import Primitive, ShapedArray, Tracer, abstract_eval_rules, impl_rules
-from .jaxpr import Jaxpr, Lit, pp_eqn_rules, pp_params_rules
+from .jaxpr import ClosedJaxpr, Jaxpr, Lit, pp_eqn_rules, pp_params_rules
 
 
 class AbstractRef:
@@ -27,9 +27,13 @@ class AbstractRef:
   ndim = property(lambda self: self.inner_aval.ndim)
   size = property(lambda self: self.inner_aval.size)
   weak_type = property(lambda self: self.inner_aval.weak_type)
+  sharding = property(lambda self: self.inner_aval.sharding)
 
   def str_short(self) -> str:
     return f"Ref{{{self.inner_aval.str_short()}}}"
+
+  def update(self, **changes) -> "AbstractRef":
+    return AbstractRef(self.inner_aval.update(**changes))
 
   def _bool(self, tracer):
     raise TypeError("a Ref has no truth value: read it first (ref[...])")
@@ -171,8 +175,9 @@ def _boxed(ref) -> bool:
   staging = core.dynamic_trace is not None and core.dynamic_trace.level > ref.level
   if staging and isinstance(ref._val, Tracer):
     raise core.EscapedTracerError(
-        "A Ref made under a transformation (jvp, vmap, grad) is used inside a loop or "
-        "cond body, which would carry the transformation's tracers out of the body. "
+        "A Ref made under a transformation (jvp, vmap, grad) is used inside a staged body "
+        "(a loop, cond, checkpoint or custom_jvp/custom_vjp function), which would carry "
+        "the transformation's tracers out of the body. "
         "Wrap the function in jit: its Refs are then discharged into the loop's carry.")
   return not staging
 
@@ -335,8 +340,12 @@ pp_params_rules[new_ref_p] = lambda params: []
 
 # --- Discharge -------------------------------------------------------------------------------
 
-def discharge_if_stateful(jaxpr: Jaxpr, name: str = "jit_fun") -> Jaxpr:
-  """`jaxpr` itself if it has no Refs inside, else its discharged form."""
+def discharge_if_stateful(jaxpr: Jaxpr, name: str = "jit_fun",
+                          ref_inputs_ok: bool = False) -> Jaxpr:
+  """`jaxpr` itself if it has no Refs inside, else its discharged form. With
+  `ref_inputs_ok` (a jit traced inside another's trace), a jaxpr that takes a
+  Ref, closed over from outside, stays as it is: the outer jaxpr's discharge
+  discharges it whole (`_discharge_call`)."""
   for x in jaxpr.outvars:
     if isinstance(x.aval, AbstractRef):   # JAX's error, and its kind
       raise ValueError(f"function {name} traced for jit returned a mutable array "
@@ -346,8 +355,11 @@ def discharge_if_stateful(jaxpr: Jaxpr, name: str = "jit_fun") -> Jaxpr:
              for e in jaxpr.effects):
     return jaxpr
   if any(isinstance(v.aval, AbstractRef) for v in jaxpr.constvars + jaxpr.invars):
-    raise TypeError("jit: a Ref can't be passed in here; create it inside the function "
-                    "(new_ref) or pass its value (ref[...])")
+    if ref_inputs_ok:
+      return jaxpr
+    raise TypeError("jit: a Ref made outside any jit can't be passed in or closed over "
+                    "here; create it inside the function (new_ref) or pass its value "
+                    "(ref[...])")
   new, consts = discharge_state(jaxpr)
   if consts:
     raise AssertionError("discharge made constants")
@@ -522,6 +534,98 @@ def _discharge_cond(eqn, vals, env):
   return outs
 
 
+# --- Discharge through calls: a Ref a jit, checkpoint or shard_map body uses ----------------
+
+def _discharge_call(eqn, vals, env):
+  """The call again, its body discharged: each Ref it is passed goes in as
+  its value, and its final value comes out after the call's outputs."""
+  refs = _ref_slots(eqn, range(len(eqn.inputs)))
+  if len(refs) != sum(isinstance(x.aval, AbstractRef) for x in eqn.inputs):
+    raise NotImplementedError(f"{eqn.primitive.name}: the same Ref passed twice")
+  body, consts = _discharged(eqn.params["jaxpr"], eqn.primitive.name)
+  params = call_params[eqn.primitive](eqn, body, len(consts), refs)
+  outs = eqn.primitive.bind(*consts, *vals, **params)
+  n = len(eqn.out_binders)
+  env.update(zip(refs, outs[n:]))
+  return outs[:n]
+
+
+def _discharged(jaxpr: Jaxpr, what: str):
+  new, consts = discharge_state(jaxpr)
+  if consts:
+    raise AssertionError(f"{what}: discharge made constants")
+  return Jaxpr([], new.invars, new.eqns, new.outvars), consts
+
+
+def _ref_positions(eqn, refs):
+  return [next(i for i, x in enumerate(eqn.inputs) if x is r) for r in refs]
+
+
+# `call_params[prim](eqn, body, num_new_consts, refs)`: the params of the
+# call of `body`, which returns the Refs' final values after its outputs.
+call_params: dict = {}
+
+
+def _xla_call_params(eqn, body, n_consts, refs):
+  if "mesh" in eqn.params:
+    raise NotImplementedError("jit with shardings: a Ref can't cross into its body")
+  return {**eqn.params, "jaxpr": body, "num_consts": eqn.params["num_consts"] + n_consts}
+
+
+def _shard_map_params(eqn, body, n_consts, refs):
+  from .sharding import PartitionSpec
+  p = eqn.params
+  ins = p["in_specs"]
+  return {**p, "jaxpr": body, "in_specs": (PartitionSpec(),) * n_consts + tuple(ins),
+          "out_specs": tuple(p["out_specs"]) + tuple(ins[i] for i in _ref_positions(eqn, refs))}
+
+
+# --- custom_jvp and custom_vjp bodies may read a Ref, not write it ---------------------------
+
+def _discharge_custom_call(eqn, vals, env):
+  """A custom function's body reads a Ref it closes over: the call again,
+  its body and rule reading the Ref's current value, passed in its place. A
+  write isn't discharged: the rule can't say how the Ref's value changes (JAX
+  doesn't discharge custom_jvp_call at all)."""
+  p = eqn.params
+  _read_only(p["call_jaxpr"].jaxpr, p["name"])
+  body, _ = _discharged(p["call_jaxpr"].jaxpr, p["name"])
+  body = ClosedJaxpr(_without_finals(body, p["call_jaxpr"].jaxpr), [])
+  rule = "jvp_jaxpr_fun" if "jvp_jaxpr_fun" in p else "fwd"
+  return eqn.primitive.bind(*vals, **{**p, "call_jaxpr": body,
+                                      rule: ReadOnlyRule(p[rule], p["name"])})
+
+
+def _read_only(jaxpr: Jaxpr, name: str):
+  if any(isinstance(e, (effects.WriteEffect, effects.AccumEffect)) for e in jaxpr.effects):
+    raise NotImplementedError(
+        f"The custom function {name} writes a Ref it closes over, which its rule can't "
+        "account for: write the Ref outside the custom function, passing in its value.")
+
+
+def _without_finals(new: Jaxpr, old: Jaxpr) -> Jaxpr:
+  return Jaxpr(new.constvars, new.invars, new.eqns, new.outvars[:len(old.outvars)])
+
+
+class ReadOnlyRule:
+  """A custom rule (`jvp_jaxpr_fun` or `fwd`) whose jaxpr reads Refs of its
+  closure: the same rule, reading their values instead."""
+
+  def __init__(self, rule, name):
+    self.rule, self.name, self._jaxprs = rule, name, {}
+
+  def __repr__(self):
+    return repr(self.rule)
+
+  def __call__(self, zeros: tuple):
+    if zeros not in self._jaxprs:
+      jaxpr, consts, *rest = self.rule(zeros)
+      _read_only(jaxpr, self.name)
+      new, _ = _discharged(jaxpr, self.name)
+      self._jaxprs[zeros] = (_without_finals(new, jaxpr), consts, *rest)
+    return self._jaxprs[zeros]
+
+
 def _register_control_flow():
   from .control_flow import conditionals, loops
   discharge_rules[loops.scan_p] = _discharge_scan
@@ -531,6 +635,18 @@ def _register_control_flow():
   # take their consts, then the carry.
   effects.inner_jaxprs[conditionals.cond_p] = lambda params: [
       (b, 1) for b in params["branches"]]
+  from .ad_checkpoint import remat_p
+  from .custom_derivatives import custom_jvp_call_p, custom_vjp_call_p
+  from .shard_map import shard_map_p
+  from .xla import xla_call_p
+  for p in (xla_call_p, remat_p, shard_map_p):
+    discharge_rules[p] = _discharge_call
+  call_params[xla_call_p] = _xla_call_params
+  call_params[remat_p] = lambda eqn, body, n_consts, refs: {**eqn.params, "jaxpr": body}
+  call_params[shard_map_p] = _shard_map_params
+  for p in (custom_jvp_call_p, custom_vjp_call_p):
+    discharge_rules[p] = _discharge_custom_call
+    effects.inner_jaxprs[p] = lambda params: [(params["call_jaxpr"], 0)]
   effects.inner_jaxprs[loops.while_p] = lambda params: [
       (params["cond_jaxpr"], 0), (params["body_jaxpr"], params["cond_nconsts"])]
 

@@ -108,10 +108,10 @@ def _platform(params):
 _executables = weakref.WeakKeyDictionary()   # jaxpr -> {platform: Executable}
 
 
-def discharged(jaxpr: Jaxpr, name: str = "jit_fun") -> Jaxpr:
+def discharged(jaxpr: Jaxpr, name: str = "jit_fun", ref_inputs_ok: bool = False) -> Jaxpr:
   """`jaxpr` with its `Ref`s made values (autodidax.state), if it has any."""
   from . import state
-  return state.discharge_if_stateful(jaxpr, name)
+  return state.discharge_if_stateful(jaxpr, name, ref_inputs_ok)
 
 
 def compile_jaxpr(jaxpr: Jaxpr, platform: str, name: str = "jit_fun"):
@@ -311,7 +311,9 @@ class jit:
     if traced is None:
       flat_fun, out_tree = flatten_fun(fun_dyn, in_tree)
       jaxpr, consts = closed_to_call_jaxpr(*trace_to_jaxpr_dynamic(flat_fun, in_avals))
-      jaxpr = discharged(jaxpr, self.__name__)   # Refs inside become values
+      # Refs inside become values; a Ref closed over from an outer jit's trace
+      # stays, for that jit's discharge.
+      jaxpr = discharged(jaxpr, self.__name__, ref_inputs_ok=core.dynamic_trace is not None)
       # A NumPy array the function closes over is read now, as JAX does:
       # changing it later doesn't change what the compiled function computes.
       consts = [c.copy() if type(c) is np.ndarray else c for c in consts]
