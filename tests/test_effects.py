@@ -27,6 +27,26 @@ def both(capsys, make):
   return ours, theirs
 
 
+def _ordered_everywhere(m, p, l):
+  """Ordered prints in a scan, a cond, a nested jit and a while loop."""
+  inner = m.jit(lambda y: (p("inner {}", y, ordered=True), y * 2)[1])
+
+  def body(c, x):
+    p("body {} {}", c, x, ordered=True)
+    c = l.cond(x > 0, lambda v: (p("pos {}", v, ordered=True), v)[1],
+               lambda v: (p("neg {}", v, ordered=True), -v)[1], c + x)
+    return inner(c), None
+
+  def f(xs):
+    p("start", ordered=True)
+    c, _ = l.scan(body, np.float32(0), xs)
+    c = l.while_loop(lambda c: c < 40., lambda c: (p("w {}", c, ordered=True), c * 3.)[1],
+                     c + 1.)
+    p("end {}", c, ordered=True)
+    return c
+  return m.jit(f)
+
+
 PROGRAMS = {
     "eager": lambda m, p, l: p("x={x} y={}", 2.0, x=np.float32(1.5)),
     "jit": lambda m, p, l: m.jit(lambda x: (p("in {}", x), x * 2)[1])(X3),
@@ -44,6 +64,10 @@ PROGRAMS = {
         lambda x: (p("c {}", x), x * x)[1]))(np.float32(3.)),
     "jit_grad_checkpoint": lambda m, p, l: m.jit(m.grad(m.checkpoint(
         lambda x: (p("c {}", x), x * x)[1])))(np.float32(3.)),
+    "ordered_everywhere": lambda m, p, l: _ordered_everywhere(m, p, l)(X3),
+    "ordered_across_calls": lambda m, p, l: [m.jit(lambda x: (p(s + " {}", x, ordered=True),
+                                                              x)[1])(X3[i])
+                                             for i, s in enumerate("aba")],
     "cond": lambda m, p, l: m.jit(lambda x: l.cond(
         x > 0, lambda y: (p("pos {}", y), y)[1], lambda y: (p("neg {}", y), -y)[1], x))(
         np.float32(-2.)),
@@ -75,6 +99,24 @@ def test_ordered_print_threads_a_token():
   first = calls[0].split("=")[0].strip()
   assert f"({first}" in calls[1]   # the second takes the first's token
   assert adx.make_jaxpr(f)(1.).effects == {effects.ordered_debug_effect}
+
+
+def test_the_token_goes_through_control_flow_calls_and_the_runtime():
+  text = _ordered_everywhere(adx, adx.debug.print, lax).lower(X3).as_text()
+  main = text.split("func.func public @main")[1]
+  assert main.startswith("(%token: !stablehlo.token {jax.token = true}")
+  assert "-> (!stablehlo.token {jax.token = true}, tensor<f32>)" in main
+  loops = [l for l in main.splitlines() if l.strip().startswith("}) : (")]
+  assert len(loops) == 3 and all("!stablehlo.token" in l for l in loops)   # scan, cond, while
+  assert "after_all" not in text   # one token, from the runtime, threaded all through
+  call = next(l for l in main.splitlines() if "func.call" in l)
+  assert "(!stablehlo.token, tensor<f32>) -> (!stablehlo.token, tensor<f32>)" in call
+  from autodidax import runtime
+  runtime._tokens.clear()
+  adx.jit(lambda x: (adx.debug.print("", ordered=True), x)[1])(X3)
+  first = runtime._tokens[runtime.default_platform()]
+  adx.jit(lambda x: (adx.debug.print("", ordered=True), x)[1])(X3)
+  assert runtime._tokens[runtime.default_platform()] is not first   # the next call's token
 
 
 def test_effects_propagate_through_higher_order_primitives():
@@ -255,7 +297,7 @@ def test_pictures_of_tokens_and_discharge_say_what_they_show():
                  x)[2]
   g = viz.token_graph(adx.jit(f).lower(np.float32(1)).as_text())
   assert "2 host callbacks take the token" in g.name
-  assert g.source.count('label=token') == 2
+  assert g.source.count('label=token') == 3   # the runtime's token, callback, callback, return
   bump = lambda x: (lambda r: (r.__setitem__(0, 3.), r[...] * x)[1])(adx.new_ref(x))
   panes = viz.discharge_graph(bump, X3).panes
   assert "new_ref" in panes["with a Ref"].name and "writes" in panes["with a Ref"].source
