@@ -5,6 +5,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import Phase, given, note, settings
+from hypothesis import strategies as st
 from jax.experimental import io_callback as jax_io_callback
 
 import autodidax as adx
@@ -378,3 +380,74 @@ def test_a_jit_closing_over_an_eager_ref_says_what_to_do():
   r = adx.new_ref(np.float32(1.))
   with pytest.raises(TypeError, match="create it inside the function"):
     adx.jit(lambda: r.__setitem__(..., r[...] + 1.))()
+
+
+# --- Random Ref programs, against JAX --------------------------------------------------------
+
+def _ops(depth=2):
+  """A strategy for a list of operations on a Ref r of f32[3]: reads, writes
+  and addupdate, straight or inside fori_loop and cond."""
+  k, c = st.integers(0, 2), st.sampled_from([-1.5, -0.5, 0.5, 2.0])
+  leaf = st.one_of(st.tuples(st.just("scale"), k, c), st.tuples(st.just("mix"), k, k),
+                   st.tuples(st.just("acc"), k, c), st.tuples(st.just("swap"), k, k),
+                   st.tuples(st.just("slice"), c))
+  if depth == 0:
+    return st.lists(leaf, min_size=1, max_size=3)
+  inner = _ops(depth - 1)
+  nested = st.one_of(st.tuples(st.just("fori"), st.integers(0, 3), inner),
+                     st.tuples(st.just("cond"), k, inner, inner))
+  return st.lists(st.one_of(leaf, leaf, nested), min_size=1, max_size=4)
+
+
+def _run_ops(m, l, r, ops, i=0.):
+  """Apply `ops` to the Ref `r` (`i`: the loop index, as a float)."""
+  for op in ops:
+    if op[0] == "scale":
+      r[op[1]] = r[op[1]] * op[2]
+    elif op[0] == "mix":
+      r[op[1]] = (l.sin if m is adx else jnp.sin)(r[op[2]]) + r[op[1]] * i
+    elif op[0] == "acc":
+      r[...] += op[2] * r[op[1]]
+    elif op[0] == "swap":   # both read first: r[k], r[j] = r[j], r[k]
+      a, b = r[op[1]], r[op[2]]
+      r[op[1]], r[op[2]] = b, a
+    elif op[0] == "slice":
+      r[1:] = r[:2] * op[1]
+    elif op[0] == "fori":
+      def body(j, c, ops=op[2]):
+        _run_ops(m, l, r, ops, (l if m is adx else jax.lax).convert_element_type(
+            j, np.float32))
+        return c
+      (lax if m is adx else jax.lax).fori_loop(0, op[1], body, np.float32(0.))
+    else:
+      (lax if m is adx else jax.lax).cond(
+          r[op[1]] > 0, lambda: _run_ops(m, l, r, op[2], i), lambda: _run_ops(m, l, r, op[3], i))
+
+
+def _ref_program(m, ops):
+  def f(x):
+    r = m.new_ref(x)
+    _run_ops(m, lax, r, ops)
+    return r[...] * x
+  return f
+
+
+@settings(max_examples=12, phases=[Phase.explicit, Phase.reuse, Phase.generate])
+@given(ops=_ops())
+def test_random_ref_programs_agree_with_jax(ops):
+  note(repr(ops))
+  ours, theirs = _ref_program(adx, ops), _ref_program(jax, ops)
+  xs = np.array([[0.3, -0.7, 1.1], [-1.2, 0.4, 0.9]], np.float32)
+  close = lambda got, want: np.testing.assert_allclose(np.asarray(got), np.asarray(want),
+                                                       rtol=2e-5, atol=2e-5)
+  close(adx.jit(ours)(xs[0]), jax.jit(theirs)(xs[0]))
+  close(ours(xs[0]), jax.jit(theirs)(xs[0]))   # eagerly: Ref boxes
+  # JAX can't vmap a cond with state effects: its rows, one at a time
+  close(adx.vmap(adx.jit(ours))(xs), np.stack([jax.jit(theirs)(x) for x in xs]))
+  w = np.array([1., -2., 0.5], np.float32)
+  jvp = jax.jit(lambda x, t: jax.jvp(theirs, (x,), (t,))[1])
+  close(adx.jvp(adx.jit(ours), (xs[0],), (w,))[1], jvp(xs[0], w))
+  # JAX's reverse mode can't partially evaluate a cond with state effects: the
+  # gradient from its forward mode, one basis vector at a time
+  close(adx.grad(lambda x: (adx.jit(ours)(x) * w).sum())(xs[1]),
+        [(jvp(xs[1], e) * w).sum() for e in np.eye(3, dtype=np.float32)])

@@ -440,14 +440,30 @@ discharge_rules[addupdate_p] = _discharge_addupdate
 
 # --- Discharge through control flow: a Ref a body reads or writes becomes a carry ------------
 
-def _run_discharged(closed, args):
-  """Run a (closed) inner jaxpr discharged: `args` hold its Refs' values.
+def _run_discharged(closed, args, inputs):
+  """Run a (closed) inner jaxpr discharged: `args` hold its Refs' values,
+  `inputs` are the outer variables passed to its inputs (after its consts).
   Returns (outputs, the Refs' final values in input order)."""
   from .jaxpr import eval_jaxpr
   j, consts = getattr(closed, "jaxpr", closed), getattr(closed, "consts", [])
-  new, new_consts = discharge_state(j)
+  new, new_consts = discharge_state(_dealias(j, [None] * len(j.constvars) + list(inputs)))
   outs = eval_jaxpr(new, new_consts, *consts, *args)
   return outs[:len(j.outvars)], outs[len(j.outvars):]
+
+
+def _dealias(jaxpr: Jaxpr, inputs) -> Jaxpr:
+  """`jaxpr` where a Ref input that is the same outer Ref (`inputs`) as an
+  earlier one is read and written as that one: one Ref, not two copies."""
+  ins, first, same = jaxpr.constvars + jaxpr.invars, {}, {}
+  for v, x in zip(ins, inputs):
+    if isinstance(v.aval, AbstractRef) and x is not None:
+      same[v] = first.setdefault(x, v)
+  same = {v: w for v, w in same.items() if v is not w}
+  if not same:
+    return jaxpr
+  eqns = [e._replace(inputs=[x if type(x) is Lit else same.get(x, x) for x in e.inputs])
+          for e in jaxpr.eqns]
+  return Jaxpr(jaxpr.constvars, jaxpr.invars, eqns, jaxpr.outvars)
 
 
 def _ref_slots(eqn, positions):
@@ -467,9 +483,10 @@ def _substitute(inputs, vals, refs, ref_vals):
 def _updated(inputs, refs, ref_vals, finals):
   """Each Ref's value after a discharged body returned `finals` (one per
   Ref input, in order)."""
-  ref_vals = list(ref_vals)
+  ref_vals, seen = list(ref_vals), set()
   for x, f in zip([x for x in inputs if x in refs], finals):
-    ref_vals[refs.index(x)] = f
+    if x not in seen:   # a Ref passed twice: its first input holds its value
+      ref_vals[refs.index(x)], seen = f, seen | {x}
   return ref_vals
 
 
@@ -485,7 +502,7 @@ def _discharge_scan(eqn, vals, env):
   def body(state, xs):
     ref_vals, carry = state
     args = _substitute(consts_in, vals[:nc], refs, ref_vals) + list(carry) + list(xs)
-    outs, finals = _run_discharged(p["jaxpr"], args)
+    outs, finals = _run_discharged(p["jaxpr"], args, eqn.inputs)
     return (_updated(consts_in, refs, ref_vals, finals), outs[:ncar]), outs[ncar:]
   (ref_vals, carry), ys = scan(body, ([env[r] for r in refs], vals[nc:nc + ncar]),
                                vals[nc + ncar:], length=p["length"], reverse=p["reverse"])
@@ -505,13 +522,15 @@ def _discharge_while(eqn, vals, env):
   def cond_fun(state):
     ref_vals, carry = state
     outs, _ = _run_discharged(p["cond_jaxpr"],
-                              _substitute(cin, vals[:nc], refs, ref_vals) + list(carry))
+                              _substitute(cin, vals[:nc], refs, ref_vals) + list(carry),
+                              cin + eqn.inputs[nc + nb:])
     return outs[0]
 
   def body_fun(state):
     ref_vals, carry = state
     outs, finals = _run_discharged(
-        p["body_jaxpr"], _substitute(bin_, vals[nc:nc + nb], refs, ref_vals) + list(carry))
+        p["body_jaxpr"], _substitute(bin_, vals[nc:nc + nb], refs, ref_vals) + list(carry),
+        bin_ + eqn.inputs[nc + nb:])
     return _updated(bin_, refs, ref_vals, finals), outs
   ref_vals, carry = while_loop(cond_fun, body_fun, ([env[r] for r in refs], vals[nc + nb:]))
   env.update(zip(refs, ref_vals))
@@ -525,7 +544,7 @@ def _discharge_cond(eqn, vals, env):
 
   def branch(closed):
     def run(ref_vals, args):
-      outs, finals = _run_discharged(closed, _substitute(ins, args, refs, ref_vals))
+      outs, finals = _run_discharged(closed, _substitute(ins, args, refs, ref_vals), ins)
       return outs, _updated(ins, refs, ref_vals, finals)
     return run
   outs, ref_vals = switch(vals[0], [branch(b) for b in eqn.params["branches"]],
@@ -540,13 +559,11 @@ def _discharge_call(eqn, vals, env):
   """The call again, its body discharged: each Ref it is passed goes in as
   its value, and its final value comes out after the call's outputs."""
   refs = _ref_slots(eqn, range(len(eqn.inputs)))
-  if len(refs) != sum(isinstance(x.aval, AbstractRef) for x in eqn.inputs):
-    raise NotImplementedError(f"{eqn.primitive.name}: the same Ref passed twice")
-  body, consts = _discharged(eqn.params["jaxpr"], eqn.primitive.name)
+  body, consts = _discharged(_dealias(eqn.params["jaxpr"], eqn.inputs), eqn.primitive.name)
   params = call_params[eqn.primitive](eqn, body, len(consts), refs)
   outs = eqn.primitive.bind(*consts, *vals, **params)
   n = len(eqn.out_binders)
-  env.update(zip(refs, outs[n:]))
+  env.update(zip(refs, _updated(eqn.inputs, refs, [None] * len(refs), outs[n:])))
   return outs[:n]
 
 
@@ -557,12 +574,9 @@ def _discharged(jaxpr: Jaxpr, what: str):
   return Jaxpr([], new.invars, new.eqns, new.outvars), consts
 
 
-def _ref_positions(eqn, refs):
-  return [next(i for i, x in enumerate(eqn.inputs) if x is r) for r in refs]
-
-
 # `call_params[prim](eqn, body, num_new_consts, refs)`: the params of the
-# call of `body`, which returns the Refs' final values after its outputs.
+# call of `body`, which returns after its outputs the final value of each
+# Ref input (a Ref passed twice, twice).
 call_params: dict = {}
 
 
@@ -577,7 +591,8 @@ def _shard_map_params(eqn, body, n_consts, refs):
   p = eqn.params
   ins = p["in_specs"]
   return {**p, "jaxpr": body, "in_specs": (PartitionSpec(),) * n_consts + tuple(ins),
-          "out_specs": tuple(p["out_specs"]) + tuple(ins[i] for i in _ref_positions(eqn, refs))}
+          "out_specs": tuple(p["out_specs"]) + tuple(
+              s for s, x in zip(ins, eqn.inputs) if isinstance(x.aval, AbstractRef))}
 
 
 # --- custom_jvp and custom_vjp bodies may read a Ref, not write it ---------------------------
