@@ -147,6 +147,14 @@ def test_a_raising_callback_is_a_python_error_and_the_runtime_goes_on():
   with pytest.raises(ValueError, match="boom"):
     adx.jit(lambda x: (adx.debug.callback(boom, x), x)[1])(np.float32(1))
   assert float(adx.jit(lambda x: x + 1)(np.float32(1))) == 2.0
+  # an ordered one, in a loop: the runtime's token still serves the next program
+  sds = adx.ShapeDtypeStruct((), np.float32)
+  with pytest.raises(ValueError, match="boom"):
+    adx.jit(lambda x: lax.fori_loop(0, 2, lambda i, c: adx.io_callback(
+        boom, sds, c, ordered=True), x))(np.float32(1))
+  seen = []
+  adx.jit(lambda x: adx.debug.callback(seen.append, x, ordered=True))(np.float32(2))
+  assert seen == [2.0]
 
 
 def _sin_cb(m, x, **kw):
