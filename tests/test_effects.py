@@ -5,6 +5,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import Phase, given, note, settings
+from hypothesis import strategies as st
 from jax.experimental import io_callback as jax_io_callback
 
 import autodidax as adx
@@ -27,6 +29,26 @@ def both(capsys, make):
   return ours, theirs
 
 
+def _ordered_everywhere(m, p, l):
+  """Ordered prints in a scan, a cond, a nested jit and a while loop."""
+  inner = m.jit(lambda y: (p("inner {}", y, ordered=True), y * 2)[1])
+
+  def body(c, x):
+    p("body {} {}", c, x, ordered=True)
+    c = l.cond(x > 0, lambda v: (p("pos {}", v, ordered=True), v)[1],
+               lambda v: (p("neg {}", v, ordered=True), -v)[1], c + x)
+    return inner(c), None
+
+  def f(xs):
+    p("start", ordered=True)
+    c, _ = l.scan(body, np.float32(0), xs)
+    c = l.while_loop(lambda c: c < 40., lambda c: (p("w {}", c, ordered=True), c * 3.)[1],
+                     c + 1.)
+    p("end {}", c, ordered=True)
+    return c
+  return m.jit(f)
+
+
 PROGRAMS = {
     "eager": lambda m, p, l: p("x={x} y={}", 2.0, x=np.float32(1.5)),
     "jit": lambda m, p, l: m.jit(lambda x: (p("in {}", x), x * 2)[1])(X3),
@@ -44,6 +66,10 @@ PROGRAMS = {
         lambda x: (p("c {}", x), x * x)[1]))(np.float32(3.)),
     "jit_grad_checkpoint": lambda m, p, l: m.jit(m.grad(m.checkpoint(
         lambda x: (p("c {}", x), x * x)[1])))(np.float32(3.)),
+    "ordered_everywhere": lambda m, p, l: _ordered_everywhere(m, p, l)(X3),
+    "ordered_across_calls": lambda m, p, l: [m.jit(lambda x: (p(s + " {}", x, ordered=True),
+                                                              x)[1])(X3[i])
+                                             for i, s in enumerate("aba")],
     "cond": lambda m, p, l: m.jit(lambda x: l.cond(
         x > 0, lambda y: (p("pos {}", y), y)[1], lambda y: (p("neg {}", y), -y)[1], x))(
         np.float32(-2.)),
@@ -77,6 +103,24 @@ def test_ordered_print_threads_a_token():
   assert adx.make_jaxpr(f)(1.).effects == {effects.ordered_debug_effect}
 
 
+def test_the_token_goes_through_control_flow_calls_and_the_runtime():
+  text = _ordered_everywhere(adx, adx.debug.print, lax).lower(X3).as_text()
+  main = text.split("func.func public @main")[1]
+  assert main.startswith("(%token: !stablehlo.token {jax.token = true}")
+  assert "-> (!stablehlo.token {jax.token = true}, tensor<f32>)" in main
+  loops = [l for l in main.splitlines() if l.strip().startswith("}) : (")]
+  assert len(loops) == 3 and all("!stablehlo.token" in l for l in loops)   # scan, cond, while
+  assert "after_all" not in text   # one token, from the runtime, threaded all through
+  call = next(l for l in main.splitlines() if "func.call" in l)
+  assert "(!stablehlo.token, tensor<f32>) -> (!stablehlo.token, tensor<f32>)" in call
+  from autodidax import runtime
+  runtime._tokens.clear()
+  adx.jit(lambda x: (adx.debug.print("", ordered=True), x)[1])(X3)
+  first = runtime._tokens[runtime.default_platform()]
+  adx.jit(lambda x: (adx.debug.print("", ordered=True), x)[1])(X3)
+  assert runtime._tokens[runtime.default_platform()] is not first   # the next call's token
+
+
 def test_effects_propagate_through_higher_order_primitives():
   pr = lambda x: (adx.debug.print("{}", x), x)[1]
   progs = [adx.jit(pr), lambda x: lax.cond(x > 0, pr, lambda y: y, x),
@@ -103,6 +147,14 @@ def test_a_raising_callback_is_a_python_error_and_the_runtime_goes_on():
   with pytest.raises(ValueError, match="boom"):
     adx.jit(lambda x: (adx.debug.callback(boom, x), x)[1])(np.float32(1))
   assert float(adx.jit(lambda x: x + 1)(np.float32(1))) == 2.0
+  # an ordered one, in a loop: the runtime's token still serves the next program
+  sds = adx.ShapeDtypeStruct((), np.float32)
+  with pytest.raises(ValueError, match="boom"):
+    adx.jit(lambda x: lax.fori_loop(0, 2, lambda i, c: adx.io_callback(
+        boom, sds, c, ordered=True), x))(np.float32(1))
+  seen = []
+  adx.jit(lambda x: adx.debug.callback(seen.append, x, ordered=True))(np.float32(2))
+  assert seen == [2.0]
 
 
 def _sin_cb(m, x, **kw):
@@ -255,7 +307,7 @@ def test_pictures_of_tokens_and_discharge_say_what_they_show():
                  x)[2]
   g = viz.token_graph(adx.jit(f).lower(np.float32(1)).as_text())
   assert "2 host callbacks take the token" in g.name
-  assert g.source.count('label=token') == 2
+  assert g.source.count('label=token') == 3   # the runtime's token, callback, callback, return
   bump = lambda x: (lambda r: (r.__setitem__(0, 3.), r[...] * x)[1])(adx.new_ref(x))
   panes = viz.discharge_graph(bump, X3).panes
   assert "new_ref" in panes["with a Ref"].name and "writes" in panes["with a Ref"].source
@@ -263,3 +315,147 @@ def test_pictures_of_tokens_and_discharge_say_what_they_show():
   frames = viz.discharge_frames(adx.make_jaxpr(bump)(X3).jaxpr)
   assert len(frames) == 4 and frames[1][0].splitlines()[1].startswith("▶ b[0] <- 3.0")
   assert "Ref" not in frames[-1][1] and "dynamic_update_slice" in frames[-1][1]
+
+
+# --- Refs that a jit, checkpoint, custom_jvp/vjp or shard_map body closes over ------------------
+
+def _closing_over(m, kind):
+  def f(x):
+    r = m.new_ref(x)
+    if kind == "checkpoint":
+      g = m.checkpoint(lambda y: (r.__setitem__(..., r[...] + y), r[...] * 2.)[1])
+      return g(x)
+    if kind == "nested_jit":
+      m.jit(lambda: r.__setitem__(..., r[...] + 1.))()
+      return r[...]
+    if kind == "jit_in_scan":   # a jit body writing a Ref, inside a loop
+      def body(c, _):
+        m.jit(lambda: r.__setitem__(..., r[...] * c))()
+        return c + 1., None
+      (m.lax if m is jax else lax).scan(body, np.float32(1.), None, length=3)
+      return r[...]
+    g = m.custom_vjp(lambda y: r[...] * y)   # reads only
+    g.defvjp(lambda y: (g(y), y), lambda y, ct: (ct * 5.,))
+    return g(x)
+  return f
+
+
+@pytest.mark.parametrize("kind", ["checkpoint", "nested_jit", "jit_in_scan", "custom_vjp"])
+def test_refs_closed_over_by_calls_are_discharged_as_jax_does(kind):
+  x = np.float32(1.5)
+  want = jax.jit(_closing_over(jax, kind))(x)
+  np.testing.assert_allclose(adx.jit(_closing_over(adx, kind))(x), want, rtol=1e-6)
+  if kind == "checkpoint":   # JAX's 4.0 for x = 1
+    assert float(adx.jit(_closing_over(adx, kind))(np.float32(1.))) == 4.0
+    d = state.discharge_if_stateful(adx.make_jaxpr(_closing_over(adx, kind))(x).jaxpr)
+    assert "Ref" not in str(d) and d.effects == frozenset()
+
+
+def test_custom_rules_read_a_closed_over_ref_and_refuse_a_write():
+  def f(x):
+    r = adx.new_ref(np.float32(3.))
+    g = adx.custom_jvp(lambda y: r[...] * y)
+    g.defjvp(lambda p, t: (r[...] * p[0], t[0] * 5.))   # the rule's derivative, not 3
+    return g(x)
+  assert float(adx.jit(f)(np.float32(2.))) == 6.0
+  assert float(adx.jit(adx.grad(f))(np.float32(2.))) == 5.0
+
+  def writes(x):
+    r = adx.new_ref(x)
+    g = adx.custom_jvp(lambda y: (r.__setitem__(..., r[...] + y), r[...])[1])
+    g.defjvp(lambda p, t: (g(*p), t[0]))
+    return g(x)
+  with pytest.raises(NotImplementedError, match="writes a Ref it closes over"):
+    adx.jit(writes)(np.float32(1.))
+
+
+def test_a_shard_map_body_writes_a_replicated_ref():
+  from autodidax.sharding import PartitionSpec as P
+  mesh = adx.make_mesh((len(adx.devices()),), ("i",))
+  n = mesh.size
+
+  def f(x):
+    r = adx.new_ref(np.zeros(3, np.float32))
+    body = lambda y: (r.__setitem__(..., r[...] + 1.), y * 2.)[1]
+    out = adx.shard_map(body, mesh=mesh, in_specs=P("i"), out_specs=P("i"))(x)
+    return out, r[...]
+  out, r = adx.jit(f)(np.arange(n, dtype=np.float32))
+  np.testing.assert_allclose(out, np.arange(n) * 2.)
+  np.testing.assert_allclose(r, np.ones(3))
+
+
+def test_a_jit_closing_over_an_eager_ref_says_what_to_do():
+  r = adx.new_ref(np.float32(1.))
+  with pytest.raises(TypeError, match="create it inside the function"):
+    adx.jit(lambda: r.__setitem__(..., r[...] + 1.))()
+
+
+# --- Random Ref programs, against JAX --------------------------------------------------------
+
+def _ops(depth=2):
+  """A strategy for a list of operations on a Ref r of f32[3]: reads, writes
+  and addupdate, straight or inside fori_loop and cond."""
+  k, c = st.integers(0, 2), st.sampled_from([-1.5, -0.5, 0.5, 2.0])
+  leaf = st.one_of(st.tuples(st.just("scale"), k, c), st.tuples(st.just("mix"), k, k),
+                   st.tuples(st.just("acc"), k, c), st.tuples(st.just("swap"), k, k),
+                   st.tuples(st.just("slice"), c))
+  if depth == 0:
+    return st.lists(leaf, min_size=1, max_size=3)
+  inner = _ops(depth - 1)
+  nested = st.one_of(st.tuples(st.just("fori"), st.integers(0, 3), inner),
+                     st.tuples(st.just("cond"), k, inner, inner))
+  return st.lists(st.one_of(leaf, leaf, nested), min_size=1, max_size=4)
+
+
+def _run_ops(m, l, r, ops, i=0.):
+  """Apply `ops` to the Ref `r` (`i`: the loop index, as a float)."""
+  for op in ops:
+    if op[0] == "scale":
+      r[op[1]] = r[op[1]] * op[2]
+    elif op[0] == "mix":
+      r[op[1]] = (l.sin if m is adx else jnp.sin)(r[op[2]]) + r[op[1]] * i
+    elif op[0] == "acc":
+      r[...] += op[2] * r[op[1]]
+    elif op[0] == "swap":   # both read first: r[k], r[j] = r[j], r[k]
+      a, b = r[op[1]], r[op[2]]
+      r[op[1]], r[op[2]] = b, a
+    elif op[0] == "slice":
+      r[1:] = r[:2] * op[1]
+    elif op[0] == "fori":
+      def body(j, c, ops=op[2]):
+        _run_ops(m, l, r, ops, (l if m is adx else jax.lax).convert_element_type(
+            j, np.float32))
+        return c
+      (lax if m is adx else jax.lax).fori_loop(0, op[1], body, np.float32(0.))
+    else:
+      (lax if m is adx else jax.lax).cond(
+          r[op[1]] > 0, lambda: _run_ops(m, l, r, op[2], i), lambda: _run_ops(m, l, r, op[3], i))
+
+
+def _ref_program(m, ops):
+  def f(x):
+    r = m.new_ref(x)
+    _run_ops(m, lax, r, ops)
+    return r[...] * x
+  return f
+
+
+@settings(max_examples=12, phases=[Phase.explicit, Phase.reuse, Phase.generate])
+@given(ops=_ops())
+def test_random_ref_programs_agree_with_jax(ops):
+  note(repr(ops))
+  ours, theirs = _ref_program(adx, ops), _ref_program(jax, ops)
+  xs = np.array([[0.3, -0.7, 1.1], [-1.2, 0.4, 0.9]], np.float32)
+  close = lambda got, want: np.testing.assert_allclose(np.asarray(got), np.asarray(want),
+                                                       rtol=2e-5, atol=2e-5)
+  close(adx.jit(ours)(xs[0]), jax.jit(theirs)(xs[0]))
+  close(ours(xs[0]), jax.jit(theirs)(xs[0]))   # eagerly: Ref boxes
+  # JAX can't vmap a cond with state effects: its rows, one at a time
+  close(adx.vmap(adx.jit(ours))(xs), np.stack([jax.jit(theirs)(x) for x in xs]))
+  w = np.array([1., -2., 0.5], np.float32)
+  jvp = jax.jit(lambda x, t: jax.jvp(theirs, (x,), (t,))[1])
+  close(adx.jvp(adx.jit(ours), (xs[0],), (w,))[1], jvp(xs[0], w))
+  # JAX's reverse mode can't partially evaluate a cond with state effects: the
+  # gradient from its forward mode, one basis vector at a time
+  close(adx.grad(lambda x: (adx.jit(ours)(x) * w).sum())(xs[1]),
+        [(jvp(xs[1], e) * w).sum() for e in np.eye(3, dtype=np.float32)])

@@ -33,10 +33,6 @@ OPTIONAL_TABLES = {
 # A rule that one higher-order primitive may lack, and why.
 EXEMPT = {
     ("Transpose", "custom_vjp_call"): "JAX has none either: bwd is its only linear map",
-    # Not built yet, unlike JAX: a Ref closed over by these bodies raises an error that
-    # names the primitive (a Ref passed into jit: a TypeError saying what to do instead).
-    **{("discharge_rules", p): "not built yet: a Ref can't cross into this body"
-       for p in ("xla_call", "remat", "custom_jvp_call", "custom_vjp_call", "shard_map")},
 }
 
 

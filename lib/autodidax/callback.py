@@ -94,9 +94,7 @@ def emit_host_callback(ctx, fn, operands, avals_in, avals_out, *, ordered: bool,
   in_types = [lowering.mlir_type(a) for a in avals_in]
   out_types = [lowering.mlir_type(a) for a in avals_out]
   if ordered:
-    if ctx.token is None:
-      ctx.token = ctx.emit("stablehlo.after_all : !stablehlo.token")
-    operands, in_types = [ctx.token, *operands], ["!stablehlo.token", *in_types]
+    operands, in_types = [ctx.current_token(), *operands], ["!stablehlo.token", *in_types]
     out_types = ["!stablehlo.token", *out_types]
     module.host_callbacks[index] = _with_token(module.host_callbacks[index])
   attrs = (f"{{api_version = 4 : i32, has_side_effect = {str(side_effect).lower()}, "

@@ -41,8 +41,22 @@ _MLIR_DTYPES = {"float16": "f16", "float32": "f32", "float64": "f64", "bool": "i
                 "complex64": "complex<f32>", "complex128": "complex<f64>"}
 
 
+class AbstractToken:
+  """The type of a token: no data, an order. An ordered effect (autodidax.
+  callback) takes the latest token and makes the next; a function, a loop or
+  a cond with ordered effects inside takes one and returns one."""
+
+  def __repr__(self):
+    return "Token"
+
+
+abstract_token = AbstractToken()
+
+
 def mlir_type(aval) -> str:
   """`f32[3,4]` is `tensor<3x4xf32>`; a scalar is `tensor<f32>`."""
+  if aval is abstract_token:
+    return "!stablehlo.token"
   name = np.dtype(aval.dtype).name
   if name not in _MLIR_DTYPES:
     raise TypeError(f"jit: autodidax can't compile arrays of dtype {name}; use one of "
@@ -96,14 +110,15 @@ class Module:
     # Python functions the program calls back (autodidax.callback): the
     # custom call's `index` is a position here; they go to runtime.compile.
     self.host_callbacks: list = []
+    self.ordered = False   # whether @main takes the runtime's token and returns the next
 
-  def private_function(self, jaxpr: Jaxpr, name: str) -> str:
+  def private_function(self, jaxpr: Jaxpr, name: str, token: bool = False) -> str:
     """Lower `jaxpr` once as a private function; returns its symbol."""
     key = id(jaxpr)
     if key not in self._lowered:
       sym = re.sub(r"\W", "_", f"{name}_{len(self._lowered)}")
       self._lowered[key] = (sym, jaxpr)   # keep jaxpr alive while its id is a key
-      self.functions.append(lower_function(self, jaxpr, sym, public=False))
+      self.functions.append(lower_function(self, jaxpr, sym, public=False, token=token))
     return self._lowered[key][0]
 
   def text(self) -> str:
@@ -152,17 +167,27 @@ class LoweringContext:
     return self.emit(f"stablehlo.broadcast_in_dim {x}, dims = {list(dims)} : "
                      f"({mlir_type(aval)}) -> {mlir_type(ShapedArray(shape, aval.dtype))}")
 
-  def sub_context(self) -> "LoweringContext":
-    return LoweringContext(self.module, self._counter)
+  def sub_context(self, token: str | None = None) -> "LoweringContext":
+    sub = LoweringContext(self.module, self._counter)
+    sub.token = token
+    return sub
+
+  def current_token(self) -> str:
+    """The latest token, made here if nothing ordered came before."""
+    if self.token is None:
+      self.token = self.emit("stablehlo.after_all : !stablehlo.token")
+    return self.token
 
 
 def lower_function(module: Module, jaxpr: Jaxpr, name: str, public: bool,
-                   arg_attrs=None, result_attrs=None) -> str:
+                   arg_attrs=None, result_attrs=None, token: bool = False) -> str:
   """One `func.func`: constvars then invars are its arguments. `arg_attrs`
-  and `result_attrs` (strings, e.g. a sharding) annotate them."""
+  and `result_attrs` (strings, e.g. a sharding) annotate them. With `token`,
+  a token comes first among the arguments and among the results."""
   ctx = LoweringContext(module)
   args = [(f"%arg{i}", v) for i, v in enumerate(jaxpr.constvars + jaxpr.invars)]
   env = {v: n for n, v in args}
+  ctx.token = "%token" if token else None
   outs = lower_jaxpr_body(ctx, jaxpr, env)
   arg_attrs = arg_attrs or [""] * len(args)
   result_attrs = result_attrs or [""] * len(jaxpr.outvars)
@@ -170,6 +195,12 @@ def lower_function(module: Module, jaxpr: Jaxpr, name: str, public: bool,
   out_types = ", ".join(f"{mlir_type(x.aval)}{a and ' ' + a}"
                         for x, a in zip(jaxpr.outvars, result_attrs))
   ret_types = ", ".join(mlir_type(x.aval) for x in jaxpr.outvars)
+  if token:   # the runtime's token (autodidax.runtime) in and out
+    attr = " {jax.token = true}" if public else ""
+    sig = f"%token: !stablehlo.token{attr}" + (sig and ", " + sig)
+    out_types = f"!stablehlo.token{attr}" + (out_types and ", " + out_types)
+    ret_types = "!stablehlo.token" + (ret_types and ", " + ret_types)
+    outs = [ctx.token, *outs]
   ret = f"    return {', '.join(outs)} : {ret_types}" if outs else "    return"
   body = "\n".join(f"    {line}" for line in ctx.lines)
   vis = "public" if public else "private"
@@ -217,8 +248,11 @@ def lower_jaxpr(jaxpr: Jaxpr, name: str = "jit_fun") -> str:
 
 def lower_module(jaxpr: Jaxpr, name: str = "jit_fun") -> Module:
   """`lower_jaxpr`'s Module, with the host callbacks its text calls."""
+  from .effects import is_ordered
   module = Module(name)
-  module.functions.append(lower_function(module, jaxpr, "main", public=True))
+  module.ordered = is_ordered(jaxpr.effects)
+  module.functions.append(lower_function(module, jaxpr, "main", public=True,
+                                         token=module.ordered))
   return module
 
 

@@ -91,8 +91,8 @@ class JaxprBuilder:
       tracer = DynamicJaxprTracer(trace, aval)
       self.tracers += [tracer, val]   # keep the value alive while its id is a key
       self.const_tracers[id(val)] = tracer
-      if aval.ndim == 0 and not isinstance(val, Tracer):   # an outer tracer is
-        self.atoms[id(tracer)] = Lit(val, aval)              # an input, never a literal
+      if aval.ndim == 0 and not isinstance(val, Tracer) and isinstance(aval, ShapedArray):
+        self.atoms[id(tracer)] = Lit(val, aval)   # not an outer tracer, nor a Ref
       else:
         self.constvars.append(self.add_var(tracer))
         self.consts.append(val)
@@ -308,7 +308,8 @@ def tracers_to_jaxpr(tracers_in: list, tracers_out: list) -> tuple[Jaxpr, list]:
 
   def const_atom(val):
     if id(val) not in const_atoms:
-      if np.ndim(val) == 0 and not isinstance(val, Tracer):
+      if (np.ndim(val) == 0 and not isinstance(val, Tracer)
+          and isinstance(get_aval(val), ShapedArray)):   # not a Ref
         const_atoms[id(val)] = Lit(val)
       else:
         const_atoms[id(val)] = var = Var(get_aval(val))

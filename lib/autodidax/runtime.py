@@ -111,8 +111,8 @@ def is_buffer(x) -> bool:
 class Executable:
   """A compiled XLA program and the calls we make on it."""
 
-  def __init__(self, loaded, platform: str):
-    self._loaded, self.platform = loaded, platform
+  def __init__(self, loaded, platform: str, ordered: bool = False):
+    self._loaded, self.platform, self.ordered = loaded, platform, ordered
     self.callback_errors: list = []   # what host callbacks raised (see `compile`)
     self.in_avals = self.out_avals = None   # xla.compile_jaxpr fills them in
 
@@ -120,11 +120,19 @@ class Executable:
     """Run on device buffers; returns device buffers (one per output).
 
     No x64 switch is needed here: the buffers carry their dtypes, and the
-    outputs get the executable's (float64 stays float64).
+    outputs get the executable's (float64 stays float64). An `ordered`
+    program takes the token the last one returned, and returns the next.
     """
     try:
+      if self.ordered:
+        token = _tokens.get(self.platform)
+        buffers = [device_put(_NO_TOKEN, self.platform) if token is None else token,
+                   *buffers]
       results = self._loaded.execute_sharded(buffers)
-      return [outs[0] for outs in results.disassemble_into_single_device_arrays()]
+      outs = [outs[0] for outs in results.disassemble_into_single_device_arrays()]
+      if self.ordered:
+        _tokens[self.platform] = outs.pop(0)
+      return outs
     except Exception:
       if self.callback_errors:   # a host callback raised: that error, not XLA's
         error = self.callback_errors.pop()
@@ -161,12 +169,21 @@ class MemoryStats(NamedTuple):
             - self.alias_size_in_bytes + self.temp_size_in_bytes)
 
 
+# The runtime's token, per platform: what the last program with ordered
+# effects returned, passed to the next one, so that their effects happen in
+# the order of the calls (JAX's RuntimeTokenSet). At first, an empty array:
+# @main's `{jax.token = true}` argument takes one.
+_tokens: dict = {}
+_NO_TOKEN = np.zeros(0, np.bool_)
+
+
 def compile(stablehlo_text: str, platform: str | None = None,
-            host_callbacks=()) -> Executable:
+            host_callbacks=(), ordered: bool = False) -> Executable:
   """Compile a StableHLO module, given as MLIR text, for one device.
 
   `host_callbacks[i]` is the Python function that the module's custom call
-  `callback_target(platform)` with `index = i` runs (autodidax.callback writes them)."""
+  `callback_target(platform)` with `index = i` runs (autodidax.callback writes them).
+  `ordered`: @main takes a token first and returns one first."""
   _, _, xc = _jax()
   platform = platform or default_platform()
   c = client(platform)
@@ -180,7 +197,7 @@ def compile(stablehlo_text: str, platform: str | None = None,
                                   host_callbacks=[_guarded(f, errors) for f in host_callbacks])
   else:
     loaded = c.compile_and_load(stablehlo_text, devices, xc.CompileOptions())
-  exe = Executable(loaded, platform)
+  exe = Executable(loaded, platform, ordered)
   exe.callback_errors = errors
   return exe
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from . import core, effects, lax
 from .core import Primitive, ShapedArray, Tracer, abstract_eval_rules, impl_rules
-from .jaxpr import Jaxpr, Lit, pp_eqn_rules, pp_params_rules
+from .jaxpr import ClosedJaxpr, Jaxpr, Lit, pp_eqn_rules, pp_params_rules
 
 
 class AbstractRef:
@@ -27,9 +27,13 @@ class AbstractRef:
   ndim = property(lambda self: self.inner_aval.ndim)
   size = property(lambda self: self.inner_aval.size)
   weak_type = property(lambda self: self.inner_aval.weak_type)
+  sharding = property(lambda self: self.inner_aval.sharding)
 
   def str_short(self) -> str:
     return f"Ref{{{self.inner_aval.str_short()}}}"
+
+  def update(self, **changes) -> "AbstractRef":
+    return AbstractRef(self.inner_aval.update(**changes))
 
   def _bool(self, tracer):
     raise TypeError("a Ref has no truth value: read it first (ref[...])")
@@ -171,8 +175,9 @@ def _boxed(ref) -> bool:
   staging = core.dynamic_trace is not None and core.dynamic_trace.level > ref.level
   if staging and isinstance(ref._val, Tracer):
     raise core.EscapedTracerError(
-        "A Ref made under a transformation (jvp, vmap, grad) is used inside a loop or "
-        "cond body, which would carry the transformation's tracers out of the body. "
+        "A Ref made under a transformation (jvp, vmap, grad) is used inside a staged body "
+        "(a loop, cond, checkpoint or custom_jvp/custom_vjp function), which would carry "
+        "the transformation's tracers out of the body. "
         "Wrap the function in jit: its Refs are then discharged into the loop's carry.")
   return not staging
 
@@ -335,8 +340,12 @@ pp_params_rules[new_ref_p] = lambda params: []
 
 # --- Discharge -------------------------------------------------------------------------------
 
-def discharge_if_stateful(jaxpr: Jaxpr, name: str = "jit_fun") -> Jaxpr:
-  """`jaxpr` itself if it has no Refs inside, else its discharged form."""
+def discharge_if_stateful(jaxpr: Jaxpr, name: str = "jit_fun",
+                          ref_inputs_ok: bool = False) -> Jaxpr:
+  """`jaxpr` itself if it has no Refs inside, else its discharged form. With
+  `ref_inputs_ok` (a jit traced inside another's trace), a jaxpr that takes a
+  Ref, closed over from outside, stays as it is: the outer jaxpr's discharge
+  discharges it whole (`_discharge_call`)."""
   for x in jaxpr.outvars:
     if isinstance(x.aval, AbstractRef):   # JAX's error, and its kind
       raise ValueError(f"function {name} traced for jit returned a mutable array "
@@ -346,8 +355,11 @@ def discharge_if_stateful(jaxpr: Jaxpr, name: str = "jit_fun") -> Jaxpr:
              for e in jaxpr.effects):
     return jaxpr
   if any(isinstance(v.aval, AbstractRef) for v in jaxpr.constvars + jaxpr.invars):
-    raise TypeError("jit: a Ref can't be passed in here; create it inside the function "
-                    "(new_ref) or pass its value (ref[...])")
+    if ref_inputs_ok:
+      return jaxpr
+    raise TypeError("jit: a Ref made outside any jit can't be passed in or closed over "
+                    "here; create it inside the function (new_ref) or pass its value "
+                    "(ref[...])")
   new, consts = discharge_state(jaxpr)
   if consts:
     raise AssertionError("discharge made constants")
@@ -428,14 +440,30 @@ discharge_rules[addupdate_p] = _discharge_addupdate
 
 # --- Discharge through control flow: a Ref a body reads or writes becomes a carry ------------
 
-def _run_discharged(closed, args):
-  """Run a (closed) inner jaxpr discharged: `args` hold its Refs' values.
+def _run_discharged(closed, args, inputs):
+  """Run a (closed) inner jaxpr discharged: `args` hold its Refs' values,
+  `inputs` are the outer variables passed to its inputs (after its consts).
   Returns (outputs, the Refs' final values in input order)."""
   from .jaxpr import eval_jaxpr
   j, consts = getattr(closed, "jaxpr", closed), getattr(closed, "consts", [])
-  new, new_consts = discharge_state(j)
+  new, new_consts = discharge_state(_dealias(j, [None] * len(j.constvars) + list(inputs)))
   outs = eval_jaxpr(new, new_consts, *consts, *args)
   return outs[:len(j.outvars)], outs[len(j.outvars):]
+
+
+def _dealias(jaxpr: Jaxpr, inputs) -> Jaxpr:
+  """`jaxpr` where a Ref input that is the same outer Ref (`inputs`) as an
+  earlier one is read and written as that one: one Ref, not two copies."""
+  ins, first, same = jaxpr.constvars + jaxpr.invars, {}, {}
+  for v, x in zip(ins, inputs):
+    if isinstance(v.aval, AbstractRef) and x is not None:
+      same[v] = first.setdefault(x, v)
+  same = {v: w for v, w in same.items() if v is not w}
+  if not same:
+    return jaxpr
+  eqns = [e._replace(inputs=[x if type(x) is Lit else same.get(x, x) for x in e.inputs])
+          for e in jaxpr.eqns]
+  return Jaxpr(jaxpr.constvars, jaxpr.invars, eqns, jaxpr.outvars)
 
 
 def _ref_slots(eqn, positions):
@@ -455,9 +483,10 @@ def _substitute(inputs, vals, refs, ref_vals):
 def _updated(inputs, refs, ref_vals, finals):
   """Each Ref's value after a discharged body returned `finals` (one per
   Ref input, in order)."""
-  ref_vals = list(ref_vals)
+  ref_vals, seen = list(ref_vals), set()
   for x, f in zip([x for x in inputs if x in refs], finals):
-    ref_vals[refs.index(x)] = f
+    if x not in seen:   # a Ref passed twice: its first input holds its value
+      ref_vals[refs.index(x)], seen = f, seen | {x}
   return ref_vals
 
 
@@ -473,7 +502,7 @@ def _discharge_scan(eqn, vals, env):
   def body(state, xs):
     ref_vals, carry = state
     args = _substitute(consts_in, vals[:nc], refs, ref_vals) + list(carry) + list(xs)
-    outs, finals = _run_discharged(p["jaxpr"], args)
+    outs, finals = _run_discharged(p["jaxpr"], args, eqn.inputs)
     return (_updated(consts_in, refs, ref_vals, finals), outs[:ncar]), outs[ncar:]
   (ref_vals, carry), ys = scan(body, ([env[r] for r in refs], vals[nc:nc + ncar]),
                                vals[nc + ncar:], length=p["length"], reverse=p["reverse"])
@@ -493,13 +522,15 @@ def _discharge_while(eqn, vals, env):
   def cond_fun(state):
     ref_vals, carry = state
     outs, _ = _run_discharged(p["cond_jaxpr"],
-                              _substitute(cin, vals[:nc], refs, ref_vals) + list(carry))
+                              _substitute(cin, vals[:nc], refs, ref_vals) + list(carry),
+                              cin + eqn.inputs[nc + nb:])
     return outs[0]
 
   def body_fun(state):
     ref_vals, carry = state
     outs, finals = _run_discharged(
-        p["body_jaxpr"], _substitute(bin_, vals[nc:nc + nb], refs, ref_vals) + list(carry))
+        p["body_jaxpr"], _substitute(bin_, vals[nc:nc + nb], refs, ref_vals) + list(carry),
+        bin_ + eqn.inputs[nc + nb:])
     return _updated(bin_, refs, ref_vals, finals), outs
   ref_vals, carry = while_loop(cond_fun, body_fun, ([env[r] for r in refs], vals[nc + nb:]))
   env.update(zip(refs, ref_vals))
@@ -513,13 +544,101 @@ def _discharge_cond(eqn, vals, env):
 
   def branch(closed):
     def run(ref_vals, args):
-      outs, finals = _run_discharged(closed, _substitute(ins, args, refs, ref_vals))
+      outs, finals = _run_discharged(closed, _substitute(ins, args, refs, ref_vals), ins)
       return outs, _updated(ins, refs, ref_vals, finals)
     return run
   outs, ref_vals = switch(vals[0], [branch(b) for b in eqn.params["branches"]],
                           [env[r] for r in refs], vals[1:])
   env.update(zip(refs, ref_vals))
   return outs
+
+
+# --- Discharge through calls: a Ref a jit, checkpoint or shard_map body uses ----------------
+
+def _discharge_call(eqn, vals, env):
+  """The call again, its body discharged: each Ref it is passed goes in as
+  its value, and its final value comes out after the call's outputs."""
+  refs = _ref_slots(eqn, range(len(eqn.inputs)))
+  body, consts = _discharged(_dealias(eqn.params["jaxpr"], eqn.inputs), eqn.primitive.name)
+  params = call_params[eqn.primitive](eqn, body, len(consts), refs)
+  outs = eqn.primitive.bind(*consts, *vals, **params)
+  n = len(eqn.out_binders)
+  env.update(zip(refs, _updated(eqn.inputs, refs, [None] * len(refs), outs[n:])))
+  return outs[:n]
+
+
+def _discharged(jaxpr: Jaxpr, what: str):
+  new, consts = discharge_state(jaxpr)
+  if consts:
+    raise AssertionError(f"{what}: discharge made constants")
+  return Jaxpr([], new.invars, new.eqns, new.outvars), consts
+
+
+# `call_params[prim](eqn, body, num_new_consts, refs)`: the params of the
+# call of `body`, which returns after its outputs the final value of each
+# Ref input (a Ref passed twice, twice).
+call_params: dict = {}
+
+
+def _xla_call_params(eqn, body, n_consts, refs):
+  if "mesh" in eqn.params:
+    raise NotImplementedError("jit with shardings: a Ref can't cross into its body")
+  return {**eqn.params, "jaxpr": body, "num_consts": eqn.params["num_consts"] + n_consts}
+
+
+def _shard_map_params(eqn, body, n_consts, refs):
+  from .sharding import PartitionSpec
+  p = eqn.params
+  ins = p["in_specs"]
+  return {**p, "jaxpr": body, "in_specs": (PartitionSpec(),) * n_consts + tuple(ins),
+          "out_specs": tuple(p["out_specs"]) + tuple(
+              s for s, x in zip(ins, eqn.inputs) if isinstance(x.aval, AbstractRef))}
+
+
+# --- custom_jvp and custom_vjp bodies may read a Ref, not write it ---------------------------
+
+def _discharge_custom_call(eqn, vals, env):
+  """A custom function's body reads a Ref it closes over: the call again,
+  its body and rule reading the Ref's current value, passed in its place. A
+  write isn't discharged: the rule can't say how the Ref's value changes (JAX
+  doesn't discharge custom_jvp_call at all)."""
+  p = eqn.params
+  _read_only(p["call_jaxpr"].jaxpr, p["name"])
+  body, _ = _discharged(p["call_jaxpr"].jaxpr, p["name"])
+  body = ClosedJaxpr(_without_finals(body, p["call_jaxpr"].jaxpr), [])
+  rule = "jvp_jaxpr_fun" if "jvp_jaxpr_fun" in p else "fwd"
+  return eqn.primitive.bind(*vals, **{**p, "call_jaxpr": body,
+                                      rule: ReadOnlyRule(p[rule], p["name"])})
+
+
+def _read_only(jaxpr: Jaxpr, name: str):
+  if any(isinstance(e, (effects.WriteEffect, effects.AccumEffect)) for e in jaxpr.effects):
+    raise NotImplementedError(
+        f"The custom function {name} writes a Ref it closes over, which its rule can't "
+        "account for: write the Ref outside the custom function, passing in its value.")
+
+
+def _without_finals(new: Jaxpr, old: Jaxpr) -> Jaxpr:
+  return Jaxpr(new.constvars, new.invars, new.eqns, new.outvars[:len(old.outvars)])
+
+
+class ReadOnlyRule:
+  """A custom rule (`jvp_jaxpr_fun` or `fwd`) whose jaxpr reads Refs of its
+  closure: the same rule, reading their values instead."""
+
+  def __init__(self, rule, name):
+    self.rule, self.name, self._jaxprs = rule, name, {}
+
+  def __repr__(self):
+    return repr(self.rule)
+
+  def __call__(self, zeros: tuple):
+    if zeros not in self._jaxprs:
+      jaxpr, consts, *rest = self.rule(zeros)
+      _read_only(jaxpr, self.name)
+      new, _ = _discharged(jaxpr, self.name)
+      self._jaxprs[zeros] = (_without_finals(new, jaxpr), consts, *rest)
+    return self._jaxprs[zeros]
 
 
 def _register_control_flow():
@@ -531,6 +650,18 @@ def _register_control_flow():
   # take their consts, then the carry.
   effects.inner_jaxprs[conditionals.cond_p] = lambda params: [
       (b, 1) for b in params["branches"]]
+  from .ad_checkpoint import remat_p
+  from .custom_derivatives import custom_jvp_call_p, custom_vjp_call_p
+  from .shard_map import shard_map_p
+  from .xla import xla_call_p
+  for p in (xla_call_p, remat_p, shard_map_p):
+    discharge_rules[p] = _discharge_call
+  call_params[xla_call_p] = _xla_call_params
+  call_params[remat_p] = lambda eqn, body, n_consts, refs: {**eqn.params, "jaxpr": body}
+  call_params[shard_map_p] = _shard_map_params
+  for p in (custom_jvp_call_p, custom_vjp_call_p):
+    discharge_rules[p] = _discharge_custom_call
+    effects.inner_jaxprs[p] = lambda params: [(params["call_jaxpr"], 0)]
   effects.inner_jaxprs[loops.while_p] = lambda params: [
       (params["cond_jaxpr"], 0), (params["body_jaxpr"], params["cond_nconsts"])]
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from . import ad, batching, core, lowering, parallel, runtime
 from .api_util import shaped_abstractify, split_static
+from .effects import is_ordered
 from .flop_count import flops_call_rules
 from .core import (Primitive, ShapedArray, Tracer, abstract_eval_rules, array_types,
                    impl_rules, raise_to_shaped)
@@ -108,10 +109,10 @@ def _platform(params):
 _executables = weakref.WeakKeyDictionary()   # jaxpr -> {platform: Executable}
 
 
-def discharged(jaxpr: Jaxpr, name: str = "jit_fun") -> Jaxpr:
+def discharged(jaxpr: Jaxpr, name: str = "jit_fun", ref_inputs_ok: bool = False) -> Jaxpr:
   """`jaxpr` with its `Ref`s made values (autodidax.state), if it has any."""
   from . import state
-  return state.discharge_if_stateful(jaxpr, name)
+  return state.discharge_if_stateful(jaxpr, name, ref_inputs_ok)
 
 
 def compile_jaxpr(jaxpr: Jaxpr, platform: str, name: str = "jit_fun"):
@@ -122,7 +123,7 @@ def compile_jaxpr(jaxpr: Jaxpr, platform: str, name: str = "jit_fun"):
   exe = per_platform.get(platform)
   if exe is None:
     module = lowering.lower_module(discharged(jaxpr), name)
-    exe = runtime.compile(module.text(), platform, module.host_callbacks)
+    exe = runtime.compile(module.text(), platform, module.host_callbacks, module.ordered)
     # The avals of the inputs and outputs, for the input handler and the
     # output `Array`s: worked out once here rather than on every call.
     exe.in_avals = [v.aval for v in jaxpr.invars]
@@ -164,14 +165,23 @@ abstract_eval_rules[xla_call_p] = _xla_call_abstract_eval
 
 
 def _xla_call_lowering(ctx, *args, jaxpr: Jaxpr, num_consts: int, **params):
-  """jit of jit: the inner jaxpr becomes a private function, called by name."""
-  callee = ctx.module.private_function(jaxpr, params.get("name", "jit_fun"))
-  in_types = ", ".join(lowering.mlir_type(a) for a in ctx.avals_in)
-  out_types = ", ".join(lowering.mlir_type(a) for a in ctx.avals_out)
-  name, n = ctx.fresh(), len(ctx.avals_out)
+  """jit of jit: the inner jaxpr becomes a private function, called by name
+  (with ordered effects inside, it takes the token and returns the next)."""
+  token = is_ordered(jaxpr.effects)
+  callee = ctx.module.private_function(jaxpr, params.get("name", "jit_fun"), token)
+  avals_in, avals_out = ctx.avals_in, ctx.avals_out
+  if token:
+    args = [ctx.current_token(), *args]
+    avals_in, avals_out = [lowering.abstract_token, *avals_in], [lowering.abstract_token, *avals_out]
+  in_types = ", ".join(lowering.mlir_type(a) for a in avals_in)
+  out_types = ", ".join(lowering.mlir_type(a) for a in avals_out)
+  name, n = ctx.fresh(), len(avals_out)
   ctx.emit(f"{name}{f':{n}' if n > 1 else ''} = func.call @{callee}({', '.join(args)}) "
            f": ({in_types}) -> ({out_types})", result=False)
-  return [f"{name}#{i}" for i in range(n)] if n > 1 else [name]
+  outs = [f"{name}#{i}" for i in range(n)] if n > 1 else [name]
+  if token:
+    ctx.token, outs = outs[0], outs[1:]
+  return outs
 
 
 lowering.lowering_rules[xla_call_p] = _xla_call_lowering
@@ -315,7 +325,9 @@ class jit:
     if traced is None:
       flat_fun, out_tree = flatten_fun(fun_dyn, in_tree)
       jaxpr, consts = closed_to_call_jaxpr(*trace_to_jaxpr_dynamic(flat_fun, in_avals))
-      jaxpr = discharged(jaxpr, self.__name__)   # Refs inside become values
+      # Refs inside become values; a Ref closed over from an outer jit's trace
+      # stays, for that jit's discharge.
+      jaxpr = discharged(jaxpr, self.__name__, ref_inputs_ok=core.dynamic_trace is not None)
       # A NumPy array the function closes over is read now, as JAX does:
       # changing it later doesn't change what the compiled function computes.
       consts = [c.copy() if type(c) is np.ndarray else c for c in consts]

@@ -299,10 +299,15 @@ def at_axis0(axis_size, x, d):
 
 # --- cond: lowering ---------------------------------------------------------------------------
 
-def lower_region(ctx, jaxpr: Jaxpr, in_names: list, indent: str = "      ") -> tuple[list, list]:
-  """Lower `jaxpr` into a fresh list of lines (a region body)."""
-  sub = ctx.sub_context()
+def lower_region(ctx, jaxpr: Jaxpr, in_names: list, indent: str = "      ",
+                 token: str | None = None) -> tuple[list, list]:
+  """Lower `jaxpr` into a fresh list of lines (a region body). Given a
+  `token`, its ordered effects start from it, and the last token comes
+  first among the outputs."""
+  sub = ctx.sub_context(token)
   outs = lowering.lower_jaxpr_body(sub, jaxpr, dict(zip(jaxpr.invars, in_names)))
+  if token is not None:
+    outs = [sub.token, *outs]
   return [indent + line.replace("\n", "\n" + indent) for line in sub.lines], outs
 
 

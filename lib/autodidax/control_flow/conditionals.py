@@ -11,6 +11,7 @@ from ..api_util import shaped_abstractify
 from ..batching import batch_jaxpr, named_axis_rule, not_mapped
 from ..core import (Primitive, abstract_eval_rules, get_aval, impl_rules,
                     raise_to_shaped)
+from ..effects import is_ordered
 from ..jaxpr import Jaxpr, JaxprEqn, Var, eval_jaxpr
 from ..lowering import mlir_type
 from ..tree_util import tree_flatten, tree_unflatten
@@ -198,14 +199,20 @@ batching.axis_vmap_rules[cond_p] = named_axis_rule(_cond_vmap)   # Many devices
 
 def _cond_lowering(ctx, index, *args, branches):
   avals_out = ctx.avals_out
+  # Ordered effects in a branch: each takes the token and returns the next.
+  token = ctx.current_token() if any(is_ordered(b.effects) for b in branches) else None
+  if token is not None:
+    avals_out = [lowering.abstract_token, *avals_out]
   lhs, names = result_names(ctx, len(avals_out))
   regions = []
   for br in branches:
-    lines, outs = lower_region(ctx, br.jaxpr, list(args))
+    lines, outs = lower_region(ctx, br.jaxpr, list(args), token=token)
     regions.append("{\n" + "\n".join(lines + [return_op(outs, avals_out)]) + "\n    }")
   out_types = ", ".join(mlir_type(a) for a in avals_out)
   ctx.emit(f'{lhs} = "stablehlo.case"({index}) ({", ".join(regions)}) : '
            f"(tensor<i32>) -> ({out_types})", result=False)
+  if token is not None:
+    ctx.token, names = names[0], names[1:]
   return names
 
 

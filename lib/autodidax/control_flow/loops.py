@@ -11,6 +11,7 @@ from ..api_util import shaped_abstractify
 from ..batching import batch_jaxpr, move_batch_axis, named_axis_rule, not_mapped
 from ..core import (Primitive, ShapedArray, Tracer, abstract_eval_rules, get_aval,
                     impl_rules, raise_to_shaped)
+from ..effects import is_ordered
 from ..jaxpr import Jaxpr, JaxprEqn, Var, eval_jaxpr
 from ..lowering import mlir_type
 from ..tree_util import tree_flatten, tree_unflatten
@@ -245,21 +246,29 @@ batching.axis_vmap_rules[while_p] = named_axis_rule(_while_vmap)   # Many device
 
 def _while_lowering(ctx, *args, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts):
   nc, nb = cond_nconsts, body_nconsts
-  cc, bc, init = args[:nc], args[nc:nc + nb], args[nc + nb:]
+  cc, bc, init = args[:nc], args[nc:nc + nb], list(args[nc + nb:])
   avals = ctx.avals_in[nc + nb:]
+  # Ordered effects in the body: the token is carried too, first.
+  ordered = is_ordered(body_jaxpr.effects)
+  if ordered:
+    init, avals = [ctx.current_token(), *init], [lowering.abstract_token, *avals]
   lhs, names = result_names(ctx, len(avals))
   types = ", ".join(mlir_type(a) for a in avals)
 
-  def block(j, consts, out_avals):
+  def block(j, consts, out_avals, threads_token):
     block_args = [ctx.fresh().replace("%", "%iter") for _ in avals]
     head = "^bb0(" + ", ".join(f"{a}: {mlir_type(v)}" for a, v in zip(block_args, avals)) + "):"
-    lines, outs = lower_region(ctx, j.jaxpr, list(consts) + block_args)
+    carry = block_args[1:] if ordered else block_args
+    lines, outs = lower_region(ctx, j.jaxpr, list(consts) + carry,
+                               token=block_args[0] if threads_token else None)
     return "{\n    " + head + "\n" + "\n".join(lines + [return_op(outs, out_avals)]) + "\n    }"
 
-  cond_r = block(cond_jaxpr, cc, cond_jaxpr.out_avals)
-  body_r = block(body_jaxpr, bc, avals)
+  cond_r = block(cond_jaxpr, cc, cond_jaxpr.out_avals, False)
+  body_r = block(body_jaxpr, bc, avals, ordered)
   ctx.emit(f'{lhs} = "stablehlo.while"({", ".join(init)}) ({cond_r}, {body_r}) : '
            f"({types}) -> ({types})", result=False)
+  if ordered:
+    ctx.token, names = names[0], names[1:]
   return names
 
 
@@ -515,7 +524,10 @@ def _scan_lowering(ctx, *args, jaxpr, num_consts, num_carry, length, reverse):
   i32 = ShapedArray((), np.int32)
   zero = ctx.constant(0, np.int32)
   ys_init = [ctx.constant(np.zeros(a.shape, a.dtype), a.dtype) for a in ys_avals]
-  state_avals = [i32, *carry_avals, *ys_avals]
+  # Ordered effects in the body: the token is carried too, after i.
+  ordered = is_ordered(jaxpr.effects)
+  tokens = [ctx.current_token()] if ordered else []
+  state_avals = [i32, *[lowering.abstract_token] * ordered, *carry_avals, *ys_avals]
   n = len(state_avals)
   name = ctx.fresh()
   names = [f"{name}#{k}" for k in range(n)] if n > 1 else [name]
@@ -538,8 +550,9 @@ def _scan_lowering(ctx, *args, jaxpr, num_consts, num_carry, length, reverse):
             + "\n" + return_op([pred], [ShapedArray((), np.bool_)]) + "\n    }")
   # body region
   bargs = fresh_args()
-  i, carry, ys = bargs[0], bargs[1:1 + ncar], bargs[1 + ncar:]
-  sub = ctx.sub_context()
+  i, token, state = bargs[0], bargs[1:1 + ordered], bargs[1 + ordered:]
+  carry, ys = state[:ncar], state[ncar:]
+  sub = ctx.sub_context(*token)
   if reverse:   # index length - 1 - i
     last = sub.constant(length - 1, np.int32)
     idx = sub.emit(f"stablehlo.subtract {last}, {i} : {t}")
@@ -570,11 +583,14 @@ def _scan_lowering(ctx, *args, jaxpr, num_consts, num_carry, length, reverse):
   i_next = sub.emit(f"stablehlo.add {i}, {one} : {t}")
   body_r = ("{\n    " + head(bargs) + "\n"
             + "\n".join(ind + l.replace("\n", "\n" + ind) for l in sub.lines) + "\n"
-            + return_op([i_next, *new_carry, *new_ys], state_avals) + "\n    }")
+            + return_op([i_next, *[sub.token] * ordered, *new_carry, *new_ys], state_avals)
+            + "\n    }")
   lhs = f"{name}:{n}" if n > 1 else name
-  ctx.emit(f'{lhs} = "stablehlo.while"({", ".join([zero, *init, *ys_init])}) '
+  ctx.emit(f'{lhs} = "stablehlo.while"({", ".join([zero, *tokens, *init, *ys_init])}) '
            f"({cond_r}, {body_r}) : ({types}) -> ({types})", result=False)
-  return names[1:]
+  if ordered:
+    ctx.token = names[1]
+  return names[1 + ordered:]
 
 
 lowering.lowering_rules[scan_p] = _scan_lowering

@@ -12,9 +12,10 @@ _SSA_LINE = re.compile(r'^\s*(%[\w]+)(?::\d+)? = "?([\w.]+)"?(.*)$')
 
 def token_graph(stablehlo_text: str, title: str | None = None):
   """The @main function of a StableHLO module as a dataflow graph: host
-  callbacks orange, and the edges that carry the token bold red."""
+  callbacks orange, and the edges that carry the token bold red (from the
+  runtime's `%token`, through each ordered callback, back to the runtime)."""
   body = stablehlo_text.split("func.func public @main", 1)[1].split("\n  }", 1)[0]
-  ops, tokens, callbacks = [], set(), 0
+  ops, tokens, callbacks = [], {"%token"}, 0
   for line in body.splitlines()[1:]:
     if line.strip().startswith("return"):
       ops.append(("return", "return", re.findall(r"%[\w#]+", line.split(":")[0])))
@@ -34,7 +35,7 @@ def token_graph(stablehlo_text: str, title: str | None = None):
       tokens.add(name if "-> !stablehlo.token" in rest or "after_all" in op else name + "#0")
   n_tok = sum(1 for _, o, a in ops if o.startswith("host") and any(x in tokens for x in a))
   alt = (f"The lowered program's operations in order: {', '.join(o for _, o, _ in ops)}; "
-         f"{n_tok} host callbacks take the token of the one before")
+         f"{n_tok} host callbacks take the token in turn")
   g = digraph(titled(title, alt), rankdir="TB", nodesep="0.25", ranksep="0.3")
   if title:
     g.attr(label=title, labelloc="t")
@@ -46,7 +47,7 @@ def token_graph(stablehlo_text: str, title: str | None = None):
            fillcolor="#ffd8a8" if host else "#fff3cd" if name == "return" else "#cfe2ff")
     for a in args:
       src = a.split("#")[0]
-      if src.startswith("%arg") and src not in known:
+      if src.startswith(("%arg", "%token")) and src not in known:
         g.node(src, src, shape="ellipse", style="filled", fillcolor="#d4edda")
         known.add(src)
       tok = a in tokens
