@@ -61,7 +61,7 @@ import warnings
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import nbformat
@@ -575,9 +575,10 @@ def _read(sub: Submission, stubs: dict[str, Stub], opts: Options) -> Parsed:
   return p
 
 
-def _reader_main(conn, folder: str, opts: Options, memory_mib: int):
+def _reader_main(conn, folder: str, opts: dict, memory_mib: int):
   """The reader's worker process (`Reader._start`): notebooks in, `Parsed` out, within its
-  memory limit."""
+  memory limit. `opts` comes as a dict: the grader's `Options` may be `__main__.Options`."""
+  opts = Options(**opts)
   resource.setrlimit(resource.RLIMIT_AS, (memory_mib << 20, memory_mib << 20))
   sys.modules.setdefault("rfc3987_syntax", None)
   warnings.filterwarnings("ignore", module="nbformat")
@@ -617,7 +618,7 @@ class Reader:
     finally:
       theirs.close()
     self.conn.send(sys.path)
-    self.conn.send((str(self.folder), self.opts, self.memory_mib))
+    self.conn.send((str(self.folder), asdict(self.opts), self.memory_mib))
     if not (self.conn.poll(READER_START) and self.conn.recv() == "ready"):
       raise EOFError("the reader did not start")
 
@@ -987,11 +988,25 @@ def main(argv=None) -> int:
   seed = args.seed if args.seed is not None else probes.SHIPPED_SEED + 1 + secrets.randbelow(2**31 - 2)
   opts = Options(timeout=args.timeout, memory_mib=args.memory, part=args.part, seed=seed,
                  sandbox=not args.no_sandbox)
+  try:   # first: a grader that can't start leaves no output folder behind
+    if args.cluster:   # the only import of Dask
+      from .cluster import ClusterGrader
+      grader = ClusterGrader(stubs, opts, args.cluster, args.exercises,
+                             log=lambda text: print(text, file=sys.stderr))
+    else:
+      grader = Grader(stubs, opts, folder=args.exercises)
+  except SandboxUnavailable as e:
+    print(f"error: can't grade in a sandbox: {e}", file=sys.stderr)
+    return 2
+  except (OSError, ValueError) as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
   book_path = args.gradebook or args.out / "gradebook.sqlite"
   try:
     book = None if str(book_path) == "none" else gradebook.Gradebook(book_path)
   except gradebook.GradebookError as e:
     print(f"error: {printable(e)}", file=sys.stderr)
+    grader.close()
     return 1
   version, digests, reused, fresh = grader_version(), {}, [], []
   for sub in subs:   # what the gradebook holds at this seed is not graded again
@@ -1001,21 +1016,6 @@ def main(argv=None) -> int:
     reused += old or []
     fresh += [] if old else [sub]
   subs = fresh
-  try:
-    if args.cluster:   # the only import of Dask
-      from .cluster import ClusterGrader
-      grader = ClusterGrader(stubs, opts, args.cluster, args.exercises,
-                             log=lambda text: print(text, file=sys.stderr))
-    else:
-      grader = Grader(stubs, opts, folder=args.exercises)
-  except SandboxUnavailable as e:
-    print(f"error: can't grade in a sandbox: {e}", file=sys.stderr)
-    if book:
-      book.close()
-    return 2
-  except (OSError, ValueError) as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 2
   mode = grader.mode if args.cluster else lambda: mode_text(grader.ws.sandbox.mode)
   t0 = time.monotonic()
   bar = tqdm(total=0, unit="check", file=sys.stderr,
