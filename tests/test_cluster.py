@@ -1,12 +1,15 @@
 """Grading on a Dask cluster (`--cluster`, coursekit.cluster), on localhost only.
 
-A small mixed batch (a full, a stub and a corrupt notebook) is
-graded once with `--jobs 2`; the cluster's runs must give the same files:
-`--cluster local:2`, a run during which a worker is killed with SIGKILL in
-the middle of a task, and a hand-started scheduler whose first worker can't
-find bubblewrap. A scheduler that doesn't answer is a clear error; what the
-cluster couldn't grade is "not graded", never 0 points. Without `--cluster`,
-nothing of Dask is imported.
+A small mixed batch (a full, a stub and a corrupt notebook) is graded once
+with `--jobs 2`, in a process that then says whether it imported anything of
+Dask (it must not); the cluster's runs must give the same files: the grader's
+command line against a LocalCluster of 2 worker processes, a run on the same
+cluster during which a worker is killed with SIGKILL in the middle of a task,
+and a hand-started scheduler whose first worker can't find bubblewrap. A
+scheduler that doesn't answer is a clear error; what the cluster couldn't
+grade is "not graded", never 0 points; after Ctrl-C, a rerun with the gradebook
+grades only what is missing. The cluster is shared, so that its
+workers start (and build their learner editions) once.
 """
 import csv
 import json
@@ -63,64 +66,111 @@ def batch(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def baseline(batch, tmp_path_factory):
+  """The files of `--jobs 2`, and the Dask modules that run imported."""
   out = tmp_path_factory.mktemp("jobs2")
-  proc = grade_cli(batch, "--out", out, "--jobs", 2, *COMMON)
-  assert proc.returncode == 0, proc.stderr
-  return out
-
-
-def test_local_cluster_gives_the_same_files(batch, baseline, tmp_path):
-  proc = grade_cli(batch, "--out", tmp_path, "--cluster", "local:2", *COMMON)
-  assert proc.returncode == 0, proc.stderr
-  for name in ("grades.csv", "grades.html"):
-    assert (tmp_path / name).read_bytes() == (baseline / name).read_bytes(), name
-
-
-def test_plain_grading_imports_nothing_of_dask(tmp_path):
-  F.write(tmp_path / "subs", names={"corrupt.ipynb"})
+  argv = [str(batch), "--out", str(out), "--jobs", "2", *map(str, COMMON)]
   code = ("import sys; from coursekit import grade; "
-          f"rc = grade.main([{str(tmp_path / 'subs')!r}, '--out', {str(tmp_path / 'out')!r}]); "
+          f"rc = grade.main({argv!r}); "
           "print(rc, sorted({m.split('.')[0] for m in sys.modules} & {'dask', 'distributed'}))")
   proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_env(),
-                        capture_output=True, text=True, timeout=300)
-  assert proc.stdout.strip().splitlines()[-1] == "0 []", proc.stdout + proc.stderr
+                        capture_output=True, text=True, timeout=600)
+  assert proc.stdout.strip().splitlines()[-1].startswith("0 "), proc.stdout + proc.stderr
+  status = {(r["submission"], r["exercise"]): r["status"] for r in read_rows(out)}
+  assert [s for (sub, _), s in status.items() if sub == "full.ipynb"] == ["pass"] * 6, status
+  return out, proc.stdout.strip().splitlines()[-1]
 
 
-def test_a_worker_killed_mid_task_loses_nothing(batch, baseline, tmp_path):
+@pytest.fixture(scope="module")
+def local2():
   from distributed import LocalCluster
+  with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                    silence_logs=logging.ERROR) as lc:
+    yield lc
+
+
+def test_plain_grading_imports_nothing_of_dask(baseline):
+  assert baseline[1] == "0 []"
+
+
+def test_a_local_cluster_gives_the_same_files(batch, baseline, local2, tmp_path):
+  proc = grade_cli(batch, "--out", tmp_path, "--cluster", local2.scheduler_address, *COMMON)
+  assert proc.returncode == 0, proc.stderr
+  for name in ("grades.csv", "grades.html"):
+    assert (tmp_path / name).read_bytes() == (baseline[0] / name).read_bytes(), name
+
+
+def test_local_n_needs_a_number_of_workers():
+  from coursekit import cluster
+  for bad in ("local:0", "local:x"):
+    with pytest.raises(ValueError, match="say how many workers"):
+      cluster.connect(bad)
+
+
+def test_a_worker_killed_mid_task_loses_nothing(batch, baseline, local2, tmp_path):
   from coursekit import cluster
   stubs = grade.load_stubs()
   opts = grade.Options(timeout=30, memory_mib=1024, seed=SEED)
-  with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                    silence_logs=logging.ERROR) as lc:
-    g = cluster.ClusterGrader(stubs, opts, lc.scheduler_address, log=lambda text: None)
-    killed = []
+  g = cluster.ClusterGrader(stubs, opts, local2.scheduler_address, log=lambda text: None)
+  killed = []
 
-    def kill():   # a worker busy with a submission, a moment into its sandboxes
-      while not killed:
-        busy = [w for w, keys in g.client.processing().items()
-                if any(str(k).startswith("grade-") for k in keys)]
-        if busy:
-          time.sleep(1.0)
-          pid = g.client.run(os.getpid, workers=busy[:1])[busy[0]]
-          if any(str(k).startswith("grade-") for k in g.client.processing().get(busy[0], ())):
-            os.kill(pid, signal.SIGKILL)
-            killed.append(pid)
-        time.sleep(0.2)
-    killer = threading.Thread(target=kill, daemon=True)
-    killer.start()
-    handed = []
-    try:
-      rows = g.grade(grade.collect(batch), on_rows=lambda p, r: handed.append((p.sub.label, r)))
-    finally:
-      killed.append(None)
-      g.close()
+  def kill():   # a worker busy with a submission, a moment into its sandboxes
+    while not killed:
+      busy = [w for w, keys in g.client.processing().items()
+              if any(str(k).startswith("grade-") for k in keys)]
+      if busy:
+        time.sleep(0.5)
+        pid = g.client.run(os.getpid, workers=busy[:1])[busy[0]]
+        if any(str(k).startswith("grade-") for k in g.client.processing().get(busy[0], ())):
+          os.kill(pid, signal.SIGKILL)
+          killed.append(pid)
+      time.sleep(0.1)
+  killer = threading.Thread(target=kill, daemon=True)
+  killer.start()
+  handed = []
+  try:
+    rows = g.grade(grade.collect(batch), on_rows=lambda p, r: handed.append((p.sub.label, r)))
+  finally:
+    killed.append(None)
+    g.close()
   assert killed[0] is not None, "no worker was killed"
   assert g.count_not_graded == 0
   assert sorted(label for label, _ in handed) == sorted(BATCH)   # each as soon as it's done
   assert sorted(map(str, rows)) == sorted(str(r) for _, rs in handed for r in rs)
   report.write(report.sort_rows(rows, stubs), stubs, tmp_path, {"seed": SEED})
-  assert (tmp_path / "grades.csv").read_bytes() == (baseline / "grades.csv").read_bytes()
+  assert (tmp_path / "grades.csv").read_bytes() == (baseline[0] / "grades.csv").read_bytes()
+
+
+def test_ctrl_c_then_a_rerun_grades_only_what_is_missing(batch, baseline, local2, tmp_path):
+  """Each submission is in the gradebook as soon as it is graded: after Ctrl-C, a rerun
+  grades only the rest, and writes the same files."""
+  from coursekit.gradebook import Gradebook
+  out = tmp_path / "out"
+  argv = [str(batch), "--out", str(out), "--cluster", local2.scheduler_address, *COMMON]
+  proc = subprocess.Popen([sys.executable, "-m", "coursekit.grade", *map(str, argv)], cwd=ROOT,
+                          env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  db, done = out / "gradebook.sqlite", 0
+  try:
+    for _ in range(3000):
+      if db.exists():
+        book = Gradebook(db)
+        done = book.count()[0]
+        book.close()
+        if done:
+          proc.send_signal(signal.SIGINT)
+          break
+      time.sleep(0.1)
+    proc.wait(timeout=120)
+  finally:
+    proc.kill()
+  assert proc.returncode != 0, "the run ended before Ctrl-C"
+  book = Gradebook(db)
+  done = book.count()[0]
+  book.close()
+  assert 1 <= done < len(BATCH)
+  again = grade_cli(*argv)
+  assert again.returncode == 0, again.stderr
+  assert f"{done} notebooks unchanged" in again.stdout, again.stdout
+  assert (out / "grades.csv").read_bytes() == (baseline[0] / "grades.csv").read_bytes()
 
 
 def test_a_worker_without_bwrap_grades_nothing(batch, baseline, tmp_path):
@@ -158,7 +208,7 @@ def test_a_worker_without_bwrap_grades_nothing(batch, baseline, tmp_path):
     proc = grade_cli(one, "--out", out, "--cluster", address, *COMMON)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.count("can't sandbox, so it grades nothing") == 1, proc.stderr
-    want = [r for r in read_rows(baseline) if r["submission"] == "full.ipynb"]
+    want = [r for r in read_rows(baseline[0]) if r["submission"] == "full.ipynb"]
     assert read_rows(out) == want and len(want) == 6
   finally:
     for p in reversed(procs):
@@ -168,20 +218,22 @@ def test_a_worker_without_bwrap_grades_nothing(batch, baseline, tmp_path):
         p.wait(timeout=30)
       except subprocess.TimeoutExpired:
         p.kill()
+        p.wait()
 
 
-def test_a_scheduler_that_does_not_answer(tmp_path):
+def test_a_scheduler_that_does_not_answer(tmp_path, capsys):
+  import distributed  # noqa: F401 (imported before the clock starts)
+  from coursekit.cluster import CONNECT_TIMEOUT
   with socket.socket() as s:   # a port that nothing listens on
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
   F.write(tmp_path / "subs", names={"full.ipynb"})
   t = time.monotonic()
-  proc = grade_cli(tmp_path / "subs", "--out", tmp_path / "out", "--cluster",
-                   f"tcp://127.0.0.1:{port}", "--seed", SEED, timeout=120)
-  from coursekit.cluster import CONNECT_TIMEOUT
-  assert time.monotonic() - t < CONNECT_TIMEOUT + 30
-  assert proc.returncode == 2
-  assert f"no Dask scheduler answered at tcp://127.0.0.1:{port}" in proc.stderr, proc.stderr
+  rc = grade.main([str(tmp_path / "subs"), "--out", str(tmp_path / "out"), "--cluster",
+                   f"tcp://127.0.0.1:{port}", "--seed", str(SEED)])
+  assert time.monotonic() - t < CONNECT_TIMEOUT + 20
+  err = capsys.readouterr().err
+  assert rc == 2 and f"no Dask scheduler answered at tcp://127.0.0.1:{port}" in err, err
   assert not (tmp_path / "out").exists()
 
 

@@ -3,6 +3,7 @@ shows at each level, what it never shows, and how it reads in headless chromium 
 390 and 1280 px with learner-controlled text built to run scripts. The pages of a
 whole graded class are checked in tests/test_instructor_loop.py."""
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -77,8 +78,15 @@ CHROMIUM = Path("/usr/bin/chromium")
 def test_a_feedback_page_reads_well_and_runs_no_script(tmp_path, stubs, width):
   if not CHROMIUM.exists():
     pytest.skip(f"no chromium at {CHROMIUM}")
-  from playwright.sync_api import sync_playwright
   [path] = feedback.write(rows(), stubs, tmp_path / "feedback", "all")
+  # Playwright's sync API in a thread of its own: an earlier test in this worker may have
+  # left an asyncio loop running in the main thread (tests/test_install.py does the same)
+  with ThreadPoolExecutor(1) as pool:
+    pool.submit(_look, path, width, tmp_path / f"feedback-{width}.png").result()
+
+
+def _look(path: Path, width: int, shot: Path):
+  from playwright.sync_api import sync_playwright
   with sync_playwright() as p:
     browser = p.chromium.launch(executable_path=str(CHROMIUM), headless=True,
                                 args=["--no-sandbox", "--disable-gpu"])
@@ -98,7 +106,7 @@ def test_a_feedback_page_reads_well_and_runs_no_script(tmp_path, stubs, width):
     assert page.evaluate("document.documentElement.scrollWidth") <= width
     size = page.evaluate("parseFloat(getComputedStyle(document.querySelector('pre')).fontSize)")
     assert size >= 12
-    page.screenshot(path=str(tmp_path / f"feedback-{width}.png"), full_page=True)
+    page.screenshot(path=str(shot), full_page=True)
     browser.close()
 
 

@@ -28,7 +28,8 @@ from coursekit.stubs import BEGIN, END, read_source  # noqa: E402
 
 SEED = 5   # as tests/test_exercises.py: the reference runs at it are cached and shared
 SOURCES = sorted((ROOT / "exercises" / "source").glob("*.md"))
-NAMES = ["ana", "ben", "cleo", "dev", "emil", "fay", "gus", "hana", "ivo", "jun"]
+NAMES = ["ana", "ben", "cleo", "dev", "emil", "fay", "gus", "hana", "ivo", "jun", "kai"]
+CLASS = len(NAMES) + 4   # one notebook per chapter, and bob, carol, HTML_NAME, FORMULA_NAME
 HTML_NAME = "<img src=x onerror=alert(1)>"
 FORMULA_NAME = "=2+5"
 MISTAKES = ROOT / "tests" / "fixtures" / "mistakes"
@@ -77,6 +78,7 @@ def read_rows(out: Path):
 def course(tmp_path_factory):
   tmp = tmp_path_factory.mktemp("course")
   subs = tmp / "subs"
+  assert len(NAMES) == len(SOURCES), "a name per chapter"
   for name, src in zip(NAMES, SOURCES):
     (subs / name).mkdir(parents=True)
     nbformat.write(reference(src.stem), subs / name / f"{src.stem}.ipynb")
@@ -96,7 +98,7 @@ def test_the_class_is_graded(course):
   rows = course["rows"]
   students = {r["student"] for r in rows}
   assert students == set(NAMES) | {"bob", "carol", HTML_NAME, FORMULA_NAME}
-  assert len({r["submission"] for r in rows}) == 14
+  assert len({r["submission"] for r in rows}) == CLASS
   assert {r["part"] for r in rows} >= {s.stem for s in SOURCES}
   for name in NAMES:
     assert all(r["status"] == "pass" for r in rows if r["student"] == name), name
@@ -156,18 +158,18 @@ def test_feedback_holds_no_solution_text(course):
 def test_the_gradebook_holds_every_row_and_a_regrade_reuses_the_unchanged(course):
   tmp, subs, out = course["tmp"], course["subs"], course["out"]
   book = gradebook.Gradebook(out / "gradebook.sqlite")
-  assert book.count() == (14, len(course["rows"]))
+  assert book.count() == (CLASS, len(course["rows"]))
   book.close()
   # bob resubmits, worse (two mistakes); everything else is unchanged
   nbformat.write(wrong("part1", ["1.2", "1.3"]), subs / "bob" / "part1.ipynb")
   again = grade(subs, tmp / "out2", "--gradebook", out / "gradebook.sqlite")
-  assert "13 notebooks unchanged" in again.stdout, again.stdout
-  assert "graded 14 submissions" in again.stdout
+  assert f"{CLASS - 1} notebooks unchanged" in again.stdout, again.stdout
+  assert f"graded {CLASS} submissions" in again.stdout
   rows2 = read_rows(tmp / "out2")
   assert [r for r in rows2 if r["student"] != "bob"] == \
       [r for r in course["rows"] if r["student"] != "bob"]
   book = gradebook.Gradebook(out / "gradebook.sqlite")
-  assert book.count() == (15, len(course["rows"]) + 6)
+  assert book.count() == (CLASS + 1, len(course["rows"]) + 6)
   assert [h[4] for h in book.history("bob", "part1")] == [5, 4]
   assert book.course("latest")[1]["bob"]["part1"] == (4, 6)
   assert book.course("best")[1]["bob"]["part1"] == (5, 6)

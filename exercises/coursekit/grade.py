@@ -52,6 +52,7 @@ import re
 import resource
 import secrets
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -60,7 +61,7 @@ import warnings
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import nbformat
@@ -579,8 +580,10 @@ def _read(sub: Submission, stubs: dict[str, Stub], opts: Options) -> Parsed:
   return p
 
 
-def _reader_main(conn, folder: str, opts: Options, memory_mib: int):
-  """The reader's worker process: notebooks in, `Parsed` out, within its memory limit."""
+def _reader_main(conn, folder: str, opts: dict, memory_mib: int):
+  """The reader's worker process (`Reader._start`): notebooks in, `Parsed` out, within its
+  memory limit. `opts` comes as a dict: the grader's `Options` may be `__main__.Options`."""
+  opts = Options(**opts)
   resource.setrlimit(resource.RLIMIT_AS, (memory_mib << 20, memory_mib << 20))
   sys.modules.setdefault("rfc3987_syntax", None)
   warnings.filterwarnings("ignore", module="nbformat")
@@ -606,21 +609,32 @@ class Reader:
     self.proc = self.conn = None
 
   def _start(self):
-    ctx = multiprocessing.get_context("spawn")   # not fork: the grader has threads
-    self.conn, theirs = ctx.Pipe()
-    self.proc = ctx.Process(target=_reader_main, daemon=True,
-                            args=(theirs, str(self.folder), self.opts, self.memory_mib))
-    self.proc.start()
-    theirs.close()
+    """A fresh Python (not a fork: the grader has threads) that talks over a socket pair.
+    A subprocess, not a `multiprocessing.Process`: a Dask worker, a daemonic process,
+    may not have those."""
+    self.conn, theirs = multiprocessing.Pipe()
+    fd = theirs.fileno()
+    code = ("import sys; from multiprocessing.connection import Connection; "
+            f"c = Connection({fd}); sys.path[:] = c.recv(); "
+            "from coursekit.grade import _reader_main; _reader_main(c, *c.recv())")
+    try:
+      self.proc = subprocess.Popen([sys.executable, "-c", code], pass_fds=[fd],
+                                   stdin=subprocess.DEVNULL)
+    finally:
+      theirs.close()
+    self.conn.send(sys.path)
+    self.conn.send((str(self.folder), asdict(self.opts), self.memory_mib))
     if not (self.conn.poll(READER_START) and self.conn.recv() == "ready"):
       raise EOFError("the reader did not start")
 
   def stop(self):
     if self.proc is not None:
       self.proc.kill()
-      self.proc.join()
+      self.proc.wait()
+      self.proc = None
+    if self.conn is not None:
       self.conn.close()
-      self.proc = self.conn = None
+      self.conn = None
 
   def read(self, sub: Submission) -> Parsed:
     failed = lambda why: Parsed(sub, student_of(sub, None)[0], self.opts.part, failure=why)

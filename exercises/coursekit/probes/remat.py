@@ -247,8 +247,8 @@ def _residual_cases(rng) -> list[tuple]:
        removes={"autodidax.ad_checkpoint:saved_residuals": None,
                 "autodidax.ad_checkpoint:print_saved_residuals": None,
                 "autodidax.ad_checkpoint:_describe_residuals": None,
-                "autodidax.viz:remat_split": None,
-                "autodidax.viz:remat_graph": None})
+                "autodidax.viz.remat:remat_split": None,
+                "autodidax.viz.remat:remat_graph": None})
 def probe_R_3(p, predict_residuals):
   cases = _residual_cases(p.rng)
   for i, (ops, policy) in enumerate(cases, 1):
