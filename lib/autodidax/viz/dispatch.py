@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import html
+import textwrap
 from contextlib import contextmanager
 
 from .. import core
@@ -57,9 +58,14 @@ class DispatchRecording:
   def __len__(self):
     return len(self.events)
 
-  def lines(self) -> list[str]:
-    return [f"{'  ' * d}{p.name}({', '.join(_sl_short(a) for a in args)})  → {label}"
-            for _, p, args, d, _, label in self.events]
+  def lines(self, width: int | None = None) -> list[str]:
+    """One line per bind; with `width`, a longer one is folded onto indented lines."""
+    out = [f"{'  ' * d}{p.name}({', '.join(_sl_short(a) for a in args)})  → {label}"
+           for _, p, args, d, _, label in self.events]
+    if width is None:
+      return out
+    return ["\n".join(textwrap.wrap(line, width, subsequent_indent="    ",
+                                     break_long_words=False)) for line in out]
 
   def __repr__(self):
     return "\n".join(self.lines())
