@@ -51,13 +51,13 @@ def short(x, max_elems: int = 4) -> str:
     a = np.asarray(x)
     aval = core.dtype_short(a.dtype) + str(list(a.shape)).replace(" ", "")
     if a.size <= max_elems:
-      vals = ", ".join(_fmt(v) for v in a.ravel())
+      vals = ", ".join(fmt_number(v) for v in a.ravel())
       return vals if a.ndim == 0 else f"{aval} [{vals}]"
     return aval
   return type(x).__name__
 
 
-def _fmt(v) -> str:
+def fmt_number(v) -> str:
   if isinstance(v, (np.floating, float)):
     return f"{float(v):.4g}"
   return str(v)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import html
 
-from .draw import clip, digraph, titled
+from .draw import clip, digraph, titled, wrap_words
 
 
 def eqn_label(eqn, names, var_label) -> str:
@@ -15,10 +15,10 @@ def eqn_label(eqn, names, var_label) -> str:
   label = f"<<b>{html.escape(eqn.primitive.name)}</b>"
   if lits:
     label += f" {html.escape(' '.join(lits))}"
-  if params:
-    label += f'<br/><font point-size="9">{html.escape(clip(params, 60))}</font>'
+  if params:   # on lines of their own, so that a node stays narrow
+    label += f'<br/><font point-size="10">{wrap_words(clip(params, 72), 26)}</font>'
   outs = ", ".join(var_label(v) for v in eqn.out_binders)
-  return label + f'<br/><font point-size="9" color="#555555">{html.escape(outs)}</font>>'
+  return label + f'<br/><font point-size="10" color="#555555">{html.escape(outs)}</font>>'
 
 
 def jaxpr_alt(jaxpr, names, kind="A jaxpr's dataflow graph") -> str:
