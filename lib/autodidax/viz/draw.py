@@ -88,6 +88,18 @@ def wrap_words(text: str, width: int) -> str:
   return "<br/>".join(html.escape(l) for l in lines + [line])
 
 
+# The widest a picture may be drawn, in px at its natural size, to fit a
+# desktop's column (about 940 px at 1280) with labels of 10 px, if its
+# smallest label is 10 pt (13.3 px).
+WIDE_COLUMN_PX = 940 * 13.3 / 10
+
+
+def natural_width(graph) -> float:
+  """How wide graphviz draws `graph`, in px."""
+  svg = graph.pipe(format="svg").decode()
+  return float(re.search(r'<svg width="([0-9.]+)pt"', svg).group(1)) * 4 / 3
+
+
 def svg_html(graph) -> str:
   """A graphviz graph as inline SVG that shrinks to fit its column (in the
   book, a click shows it full size), named for screen readers by the graph's

@@ -77,3 +77,16 @@ class ByWidth:
 
   def __repr__(self):
     return repr(self.wide)
+
+
+class Stacked:
+  """Pictures one below the other, each as wide as the column allows."""
+
+  def __init__(self, pictures):
+    self.pictures = list(pictures)
+
+  def _repr_html_(self):
+    return as_html(self.pictures)
+
+  def __repr__(self):
+    return "\n\n".join(repr(p) for p in self.pictures)
