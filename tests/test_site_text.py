@@ -280,3 +280,43 @@ def test_arrays_compare_by_value_whatever_their_class():
   mark = '<mark class="adx-diff">'
   assert mark not in outputs.compare((Boxed(x), x), (x, Boxed(x)))._repr_html_()
   assert mark in outputs.compare(Boxed(x), x + 1)._repr_html_()
+
+
+# -- An example before each listing --------------------------------------------------
+
+# The chapters held to the rule so far; the others (Parts 1-4, "JAX today",
+# primitives, effects) still show some listings before their section's first
+# example.
+EXAMPLE_FIRST = ["book/jaxpr_language", "book/custom_derivatives", "book/remat",
+                 "book/many_devices"]
+
+
+def listings_before_an_example(source: str) -> list[str]:
+  """The library listings (`literalinclude`) that come before any code cell
+  that runs in their section (a `##` heading and what follows it)."""
+  bad, heading, example = [], "", False
+  lines = source.split("\n")
+  for i, line in enumerate(lines):
+    if re.match(r"#{1,2} ", line):
+      heading, example = line, False
+    elif line.startswith("```{code-cell}"):
+      meta = "\n".join(lines[i + 1:i + 8])
+      example = example or "remove-cell" not in meta.split("```")[0]
+    elif line.startswith("```{literalinclude}") and not example:
+      obj = next((l.split()[-1] for l in lines[i + 1:i + 6] if l.startswith(":pyobject:")), line)
+      bad.append(f"{obj} in {heading!r}")
+  return bad
+
+
+def test_the_listing_rule_can_fail():
+  source = ("# A\n\n## One\n\n```{literalinclude} x.py\n:pyobject: f\n```\n\n"
+            "```{code-cell} ipython3\nf(1)\n```\n\n## Two\n\n```{code-cell} ipython3\n"
+            ":tags: [remove-cell]\nsetup()\n```\n\n```{literalinclude} x.py\n:pyobject: g\n```\n"
+            "\n## Three\n\n```{code-cell} ipython3\ng(1)\n```\n\n```{literalinclude} x.py\n"
+            ":pyobject: g\n```\n")
+  assert listings_before_an_example(source) == ["f in '## One'", "g in '## Two'"]
+
+
+@pytest.mark.parametrize("doc", EXAMPLE_FIRST)
+def test_each_section_shows_an_example_before_its_listing(doc):
+  assert listings_before_an_example((ROOT / f"{doc}.md").read_text()) == []
