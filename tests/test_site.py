@@ -499,8 +499,11 @@ def test_every_page_at_every_width(build, browser, rel, width):
   broken = page.evaluate("""() => [...document.images]
       .filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src)""")
   assert broken == [], f"images that did not load: {broken}"
+  # (A picture laid out twice, for a wide and a narrow column, hides the other.)
   empty = page.evaluate("""() => [...document.querySelectorAll('.cell_output svg')]
       .filter(s => s.closest('.widget-stack, .jupyter-widgets') === null)
+      .filter(s => { const alt = s.closest('.adx-wide-only, .adx-narrow-only');
+                     return !(alt && getComputedStyle(alt).display == 'none'); })
       .filter(s => { const b = s.getBoundingClientRect(); return !(b.width > 0 && b.height > 0); })
       .length""")
   assert empty == 0, f"{empty} inline SVG pictures have no size"

@@ -233,3 +233,90 @@ def test_dtypes_alike_only_when_asked_and_whole_pairs_say_why():
   assert mark not in outputs.compare(a, b, dtypes=False)._repr_html_()
   html = outputs.compare("a", "b", whole="Two designs: a stack and a chain of traces.")._repr_html_()
   assert 'class="adx-compare adx-diffed adx-whole"' in html and 'class="adx-why"' in html
+
+
+def test_mlir_pairs_mark_only_what_xla_runs_differently():
+  """Value names, float literals' spelling, a one-op reduction body and JAX's
+  metadata attributes are alike; an extra sharding annotation is not."""
+  outputs = _outputs()
+  ours = ("func.func public @main(%arg0: tensor<3xf64> {sdy.sharding = #sdy.sharding<@mesh, [{}]>}) "
+          "-> (tensor<f64>) {\n"
+          "  %0 = stablehlo.constant dense<0.0> : tensor<f64>\n"
+          "  %1 = stablehlo.reduce(%arg0 init: %0) across dimensions = [0] : "
+          "(tensor<3xf64>, tensor<f64>) -> tensor<f64>\n"
+          "   reducer(%2: tensor<f64>, %3: tensor<f64>) {\n"
+          "    %4 = stablehlo.add %2, %3 : tensor<f64>\n"
+          "    stablehlo.return %4 : tensor<f64>\n"
+          "  }\n"
+          "  return %1 : tensor<f64>\n}")
+  jax_text = ("func.func public @main(%arg0: tensor<3xf32>) -> (tensor<f32> "
+              "{jax.result_info = \"result\"}) {\n"
+              "  %cst = stablehlo.constant dense<0.000000e+00> : tensor<f32>\n"
+              "  %0 = stablehlo.reduce(%arg0 init: %cst) applies stablehlo.add across "
+              "dimensions = [0] : (tensor<3xf32>, tensor<f32>) -> tensor<f32>\n"
+              "  return %0 : tensor<f32>\n}")
+  pair = outputs.compare(ours, jax_text, dtypes=False)
+  assert "reductions written as MLIR prints them" in pair.titles[0]
+  assert "left out" in pair.titles[1]
+  marks = re.findall(r'<mark class="adx-diff">(.*?)</mark>', pair._repr_html_())
+  assert marks and all("sdy.sharding" in m or m in ("{", "}", "[", "]", "<", ">", "@mesh", ",",
+                                                      "#sdy.sharding", "=")
+                       for m in map(html.unescape, marks)), marks
+  # With dtypes, f64 against f32 is marked.
+  assert len(re.findall('<mark class="adx-diff">', outputs.compare(ours, jax_text)._repr_html_())) \
+      > len(marks)
+
+
+def test_arrays_compare_by_value_whatever_their_class():
+  import numpy as np
+  outputs = _outputs()
+
+  class Boxed:   # an array type whose str is not NumPy's, as ours and JAX's
+    def __init__(self, a): self.a, self.shape, self.dtype = a, a.shape, a.dtype
+    def __array__(self, dtype=None, copy=None): return self.a
+    def __str__(self): return "Boxed!"
+
+  x = np.array([1.5, -0., 6.], np.float32)
+  mark = '<mark class="adx-diff">'
+  assert mark not in outputs.compare((Boxed(x), x), (x, Boxed(x)))._repr_html_()
+  assert mark in outputs.compare(Boxed(x), x + 1)._repr_html_()
+
+
+# -- An example before each listing --------------------------------------------------
+
+# The chapters held to the rule so far; the others (Parts 1-4, "JAX today",
+# primitives, effects) still show some listings before their section's first
+# example.
+EXAMPLE_FIRST = ["book/jaxpr_language", "book/custom_derivatives", "book/remat",
+                 "book/many_devices"]
+
+
+def listings_before_an_example(source: str) -> list[str]:
+  """The library listings (`literalinclude`) that come before any code cell
+  that runs in their section (a `##` heading and what follows it)."""
+  bad, heading, example = [], "", False
+  lines = source.split("\n")
+  for i, line in enumerate(lines):
+    if re.match(r"#{1,2} ", line):
+      heading, example = line, False
+    elif line.startswith("```{code-cell}"):
+      meta = "\n".join(lines[i + 1:i + 8])
+      example = example or "remove-cell" not in meta.split("```")[0]
+    elif line.startswith("```{literalinclude}") and not example:
+      obj = next((l.split()[-1] for l in lines[i + 1:i + 6] if l.startswith(":pyobject:")), line)
+      bad.append(f"{obj} in {heading!r}")
+  return bad
+
+
+def test_the_listing_rule_can_fail():
+  source = ("# A\n\n## One\n\n```{literalinclude} x.py\n:pyobject: f\n```\n\n"
+            "```{code-cell} ipython3\nf(1)\n```\n\n## Two\n\n```{code-cell} ipython3\n"
+            ":tags: [remove-cell]\nsetup()\n```\n\n```{literalinclude} x.py\n:pyobject: g\n```\n"
+            "\n## Three\n\n```{code-cell} ipython3\ng(1)\n```\n\n```{literalinclude} x.py\n"
+            ":pyobject: g\n```\n")
+  assert listings_before_an_example(source) == ["f in '## One'", "g in '## Two'"]
+
+
+@pytest.mark.parametrize("doc", EXAMPLE_FIRST)
+def test_each_section_shows_an_example_before_its_listing(doc):
+  assert listings_before_an_example((ROOT / f"{doc}.md").read_text()) == []

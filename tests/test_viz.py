@@ -145,3 +145,32 @@ def test_every_trace_colour_names_a_trace_of_the_library():
     return {c.__name__} | {n for s in c.__subclasses__() for n in subclasses(s)}
   traces = subclasses(core.Trace) | subclasses(stackless.Trace)
   assert set(viz.TRACE_COLORS) <= traces, set(viz.TRACE_COLORS) - traces
+
+
+def test_nested_jaxprs_are_split_for_a_phone():
+  """viz.jaxpr_picture: the nest on a wide page, one picture per jaxpr on a
+  phone, each narrow enough that its smallest label measures 8 px in a
+  phone's 344 px frame; names are shared, as in the printed jaxpr."""
+  import re
+  from autodidax import lax
+  from autodidax.viz.draw import WIDE_COLUMN_PX, natural_width
+
+  def label_px(graph):
+    return min(float(f) for f in re.findall(r'font-size="([0-9.]+)"', _svg(graph))) * 4 / 3
+
+  f = lambda x: anp.sum(lax.switch(1, [anp.sin, anp.cos, anp.tanh], x))
+  jaxpr = adx.make_jaxpr(adx.grad(f))(np.ones(3))
+  split = viz.jaxpr_graph_nested(jaxpr, split=True)
+  assert len(split.pictures) == 1 + 2 * 3   # the outer jaxpr, two switches of 3 branches
+  for g in split.pictures:
+    assert natural_width(g) * 8 / label_px(g) <= 344, g.name
+  assert "branches[2] of the cond" in split.pictures[-1].name
+  nested = viz.jaxpr_graph_nested(jaxpr)
+  assert natural_width(nested) > 344 * label_px(nested) / 8   # the nest would not fit
+  picture = viz.jaxpr_picture(jaxpr)
+  assert isinstance(picture, viz.Stacked) == (natural_width(nested) > WIDE_COLUMN_PX)
+  small = viz.jaxpr_picture(adx.make_jaxpr(lambda x: lax.cond(x > 0., anp.sin, anp.cos, x))(1.))
+  html = small._repr_html_()
+  assert isinstance(small, viz.ByWidth)
+  assert html.count('class="adx-wide-only"') == html.count('class="adx-narrow-only"') == 1
+  assert "@media (max-width:" in html and html.count("<svg") == 1 + 3

@@ -10,7 +10,12 @@ these helpers only decide how its results look on the page:
   nothing is ever cut off. Both sides are normalised first, so that only
   real differences are marked: a `let name = {...} in` block, which JAX
   prints for a sub-jaxpr, is written in place where its name is used, as
-  ours prints it (the pane's title says so); `dtypes=False` compares
+  ours prints it (the pane's title says so); so is a reduction's one-op
+  body, which MLIR's printer writes `applies stablehlo.add`; JAX's
+  attributes that change nothing XLA runs (`jax.result_info`, the default
+  precision, the mesh in a second spelling) are left out; MLIR's value
+  names are alike, float literals compare by value, and arrays (and tuples
+  of them) are written as NumPy writes them. `dtypes=False` compares
   float64 and float32 alike, for a pair whose sides differ in precision by
   design. A pair that differs throughout (two programs, two designs) is
   declared with `whole="why"`: the sentence shows under the panes, and the
@@ -33,7 +38,8 @@ import html
 import re
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
-TOKEN = re.compile(r"\s+|%?[\w.]+|.")
+# A float literal (`0.000000e+00`) is one token, so that it compares by value.
+TOKEN = re.compile(r"\s+|\d+\.\d*e[-+]\d+|%?[\w.]+|.")
 
 
 class Panes:
@@ -58,7 +64,22 @@ class Panes:
     return self.text
 
 
+def _is_array(x) -> bool:
+  return all(hasattr(x, a) for a in ("__array__", "shape", "dtype"))
+
+
+def _values(x) -> str:
+  """An array, or a tuple of them, as NumPy writes it: ours and JAX's arrays
+  print alike, and only their values and dtypes can differ."""
+  import numpy as np
+  if isinstance(x, tuple):
+    return "(" + ", ".join(map(_values, x)) + ("," if len(x) == 1 else "") + ")"
+  return repr(np.asarray(x))
+
+
 def _text(x) -> str:
+  if _is_array(x) or (isinstance(x, tuple) and x and all(map(_is_array, x))):
+    return _values(x)
   return ANSI.sub("", str(x)).rstrip("\n")
 
 
@@ -92,21 +113,54 @@ def _pre(lines_html) -> str:
           f"{len(rest)} lines</summary>{pre(rest)}</details>")
 
 
-SSA_NUMBER = re.compile(r"^%\d+$")
+SSA_NAME = re.compile(r"^%\w+$")   # `%3`, and JAX's `%cst`, `%arg1`
 BINDER = re.compile(r"(?<![\w.])([a-z]+):(?=[a-z]+\d*\[)")   # `c:f64[3]` in a jaxpr
 FLOAT = re.compile(r"^(f32|f64|float32|float64)$")
+FLOAT_IN_TYPE = re.compile(r"(?<=x)f(32|64)$")           # `8x3xf64`, a tensor type
+LITERAL = re.compile(r"^\d+\.\d*(e[-+]\d+)?$")
 
 
 def _keyer(text: str, dtypes: bool = True):
   """What a text's tokens are compared as. A jaxpr's variables are alike, and
-  so are MLIR's numbered values (`%3`): one more equation or constant on one
+  so are MLIR's values (`%3`, `%cst`): one more equation or constant on one
   side renames everything after it, and marking every name would hide the
   differences that matter. JAX's `_`, a result nobody uses, stays itself.
-  Without `dtypes`, float32 and float64 are alike too."""
+  Float literals compare by value (`0.0` is `0.000000e+00`). Without
+  `dtypes`, float32 and float64 are alike too, in tensor types as well."""
   names = set(BINDER.findall(text))
-  return lambda token: ("%N" if SSA_NUMBER.match(token) else
-                        "v" if token in names else
-                        "float" if not dtypes and FLOAT.match(token) else token)
+
+  def key(token):
+    if SSA_NAME.match(token):
+      return "%N"
+    if token in names:
+      return "v"
+    if LITERAL.match(token):
+      return repr(float(token))
+    if not dtypes:
+      return "float" if FLOAT.match(token) else FLOAT_IN_TYPE.sub("f", token)
+    return token
+  return key
+
+
+# Our StableHLO printer writes a reduction's body as a region; MLIR's
+# (JAX's) writes a body that applies one binary op as `applies <op>`.
+REDUCER = re.compile(
+    r"^(\s*%\w+ = stablehlo\.reduce\(.*?\)) (across dimensions = .*)\n"
+    r"\s*reducer\((%\w+): [^,]+, (%\w+): [^)]+\) \{\n"
+    r"\s*(%\w+) = (stablehlo\.\w+) \3, \4 : [^\n]+\n"
+    r"\s*stablehlo\.return \5 : [^\n]+\n\s*\}$", re.M)
+
+
+# Attributes JAX's StableHLO carries that change nothing XLA runs: the
+# results' names, the default precision, and the mesh again in a second
+# dialect's spelling.
+JAX_ONLY = re.compile(r" \{jax\.result_info = [^{}]*\}|, precision = \[DEFAULT, DEFAULT\]"
+                      r"| \{stablehlo\.mesh = \{axes = \[[^\]]*\]\}\}")
+
+
+def compact_reducers(text: str) -> str:
+  """`text` with each one-op reduction body written as MLIR's printer does."""
+  return REDUCER.sub(r"\1 applies \6 \2", text)
 
 
 LET = re.compile(r"^let (\w+) = (\{.*)$")
@@ -193,6 +247,12 @@ def compare(ours, theirs, titles=("autodidax", "JAX"), dtypes=True,
     if inline_lets(t) != t:
       texts[k] = inline_lets(t)
       titles[k] += " (let blocks written in place)"
+    if compact_reducers(t) != t:
+      texts[k] = compact_reducers(texts[k])
+      titles[k] += " (reductions written as MLIR prints them)"
+    if JAX_ONLY.search(texts[k]):
+      texts[k] = JAX_ONLY.sub("", texts[k])
+      titles[k] += " (result names, default precision, mesh mirror left out)"
   a, b = texts[0].split("\n"), texts[1].split("\n")
   html_a, html_b = _diff(a, b, dtypes)
   text = "\n\n".join(f"--- {t}\n{s}" for t, s in zip(titles, texts))

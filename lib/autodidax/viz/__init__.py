@@ -19,9 +19,9 @@ from .dispatch import DispatchRecording, record_dispatch, trace_chain_graph
 from .draw import HIGHLIGHT, TRACE_COLORS, short, svg_html
 from .dtypes import dtype_lattice
 from .effects import discharge_frames, discharge_graph, discharge_stepper, token_graph
-from .jaxprs import jaxpr_graph, jaxpr_graph_nested
+from .jaxprs import jaxpr_graph, jaxpr_graph_nested, jaxpr_picture
 from .jit import jit_pipeline
-from .panes import Columns, SideBySide, explorer, side_by_side
+from .panes import ByWidth, Columns, SideBySide, Stacked, explorer, side_by_side
 from .partial_eval import forward_linear_transposed, partial_eval_graph, unzipping
 from .remat import REMAT_STYLES, policy_name, remat_graph, remat_split
 from .rules import (CUSTOM_CALL_USES, CUSTOM_VJP_FAILS, TRANSFORMATION_RULES, custom_call_graph,

@@ -51,13 +51,13 @@ def short(x, max_elems: int = 4) -> str:
     a = np.asarray(x)
     aval = core.dtype_short(a.dtype) + str(list(a.shape)).replace(" ", "")
     if a.size <= max_elems:
-      vals = ", ".join(_fmt(v) for v in a.ravel())
+      vals = ", ".join(fmt_number(v) for v in a.ravel())
       return vals if a.ndim == 0 else f"{aval} [{vals}]"
     return aval
   return type(x).__name__
 
 
-def _fmt(v) -> str:
+def fmt_number(v) -> str:
   if isinstance(v, (np.floating, float)):
     return f"{float(v):.4g}"
   return str(v)
@@ -86,6 +86,18 @@ def wrap_words(text: str, width: int) -> str:
     else:
       line = f"{line} {word}" if line else word
   return "<br/>".join(html.escape(l) for l in lines + [line])
+
+
+# The widest a picture may be drawn, in px at its natural size, to fit a
+# desktop's column (about 940 px at 1280) with labels of 10 px, if its
+# smallest label is 10 pt (13.3 px).
+WIDE_COLUMN_PX = 940 * 13.3 / 10
+
+
+def natural_width(graph) -> float:
+  """How wide graphviz draws `graph`, in px."""
+  svg = graph.pipe(format="svg").decode()
+  return float(re.search(r'<svg width="([0-9.]+)pt"', svg).group(1)) * 4 / 3
 
 
 def svg_html(graph) -> str:

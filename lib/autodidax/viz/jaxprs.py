@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import html
 
-from .draw import clip, digraph, titled
+from .draw import WIDE_COLUMN_PX, clip, digraph, natural_width, titled, wrap_words
+from .panes import ByWidth, Stacked
 
 
 def eqn_label(eqn, names, var_label) -> str:
@@ -15,10 +16,10 @@ def eqn_label(eqn, names, var_label) -> str:
   label = f"<<b>{html.escape(eqn.primitive.name)}</b>"
   if lits:
     label += f" {html.escape(' '.join(lits))}"
-  if params:
-    label += f'<br/><font point-size="9">{html.escape(clip(params, 60))}</font>'
+  if params:   # on lines of their own, so that a node stays narrow
+    label += f'<br/><font point-size="10">{wrap_words(clip(params, 72), 16)}</font>'
   outs = ", ".join(var_label(v) for v in eqn.out_binders)
-  return label + f'<br/><font point-size="9" color="#555555">{html.escape(outs)}</font>>'
+  return label + f'<br/><font point-size="10" color="#555555">{html.escape(outs)}</font>>'
 
 
 def jaxpr_alt(jaxpr, names, kind="A jaxpr's dataflow graph") -> str:
@@ -37,7 +38,7 @@ def jaxpr_graph(jaxpr, title: str | None = None, max_eqns: int = 200):
   if isinstance(jaxpr, ClosedJaxpr):
     jaxpr = jaxpr.jaxpr
   names = VarNames()
-  g = digraph("", rankdir="TB", nodesep="0.2", ranksep="0.3")
+  g = digraph("", rankdir="TB", nodesep="0.12", ranksep="0.3")
   if title:
     g.attr(label=title, labelloc="t")
   producer = {}   # Var -> node id
@@ -80,17 +81,20 @@ def jaxpr_graph(jaxpr, title: str | None = None, max_eqns: int = 200):
 
 # --- Jaxprs with sub-jaxprs (cond, while, scan, xla_call) as nested clusters ----------------
 
-def jaxpr_graph_nested(jaxpr, title: str | None = None, max_eqns: int = 200):
+def jaxpr_graph_nested(jaxpr, title: str | None = None, max_eqns: int = 200,
+                       split: bool = False):
   """Like `jaxpr_graph`, but a higher-order equation is drawn as a cluster
   holding its sub-jaxprs (each a cluster of its own, named by its parameter),
   with edges from the equation's operands to the sub-jaxprs' inputs.
-  Names are shared across levels, as in the printed jaxpr."""
+  Names are shared across levels, as in the printed jaxpr. With `split`, the
+  sub-jaxprs are pictures of their own instead, one below the other (narrow
+  enough for a phone): a `Stacked` of graphs, the outer jaxpr first."""
   from ..jaxpr import ClosedJaxpr, Jaxpr, Lit, VarNames, fmt_literal
   if isinstance(jaxpr, ClosedJaxpr):
     jaxpr = jaxpr.jaxpr
   names = VarNames()
   kind = "A jaxpr's dataflow graph, sub-jaxprs of higher-order equations drawn inside them"
-  g = digraph("", rankdir="TB", nodesep="0.2", ranksep="0.3", compound="true")
+  g = digraph("", rankdir="TB", nodesep="0.12", ranksep="0.3", compound="true")
   if title:
     g.attr(label=title, labelloc="t")
   counter = [0]
@@ -128,11 +132,25 @@ def jaxpr_graph_nested(jaxpr, title: str | None = None, max_eqns: int = 200):
       subs = list(sub_jaxprs(eqn))
       node = fresh("e")
       ins = [producer.get(x) if not isinstance(x, Lit) else None for x in eqn.inputs]
-      if not subs:
-        sg.node(node, label, shape="box", style="rounded,filled", fillcolor="#cfe2ff")
+      if not subs or split:
+        sg.node(node, label, shape="box", style="rounded,filled",
+                fillcolor="#d9d2e9" if subs else "#cfe2ff")
         for src in ins:
           if src is not None:
             sg.edge(src, node)
+        for pname, sj in subs:   # split: each sub-jaxpr a picture of its own
+          outs = ", ".join(names[v] for v in eqn.out_binders)
+          what = f"{pname} of the {eqn.primitive.name} giving {outs}"
+          piece = digraph("", rankdir="TB", nodesep="0.12", ranksep="0.3")
+          piece.attr(label=what, labelloc="t")
+          pieces.append(piece)
+          res = draw(piece, sj, {}, None, depth + 1)
+          for k, r in enumerate(res):
+            if r is not None:
+              piece.node(f"out{k}", f"out {k}", shape="ellipse", peripheries="2",
+                         style="filled", fillcolor="#fff3cd")
+              piece.edge(r, f"out{k}")
+          piece.name = titled(what, jaxpr_alt(sj, names))
       else:
         with sg.subgraph(name=f"cluster_{node}") as c:
           c.attr(label="", style="rounded,filled", fillcolor="#f7f3ff", color="#8e7cc3")
@@ -156,6 +174,7 @@ def jaxpr_graph_nested(jaxpr, title: str | None = None, max_eqns: int = 200):
         producer[v] = node
     return [producer.get(x) if not isinstance(x, Lit) else None for x in jx.outvars]
 
+  pieces = [g]
   outs = draw(g, jaxpr, {})
   with g.subgraph(name="outputs") as s:
     s.attr(rank="sink")
@@ -166,4 +185,13 @@ def jaxpr_graph_nested(jaxpr, title: str | None = None, max_eqns: int = 200):
       if src is not None:
         g.edge(src, f"out{k}")
   g.name = titled(title, jaxpr_alt(jaxpr, names, kind))   # the names as drawn
-  return g
+  return Stacked(pieces) if split else g
+
+
+def jaxpr_picture(jaxpr, title: str | None = None):
+  """A jaxpr with sub-jaxprs, laid out for the column: nested in one picture
+  on a wide page, split into one picture per jaxpr on a phone, and split on
+  every page when the nested picture is too wide to read even there."""
+  nested = jaxpr_graph_nested(jaxpr, title)
+  split = jaxpr_graph_nested(jaxpr, title, split=True)
+  return split if natural_width(nested) > WIDE_COLUMN_PX else ByWidth(nested, split)

@@ -59,3 +59,34 @@ def explorer(examples: dict, make):
                     layout=w.Layout(width=width, max_width="100%"))
   w.jslink((pick, "index"), (stack, "selected_index"))
   return w.VBox([pick, stack])
+
+
+class ByWidth:
+  """One picture laid out twice: `wide` (say, left to right) for a wide
+  column, `narrow` (top to bottom) for a phone's. The page shows the one
+  that fits, by CSS alone, so it works without JavaScript too."""
+
+  def __init__(self, wide, narrow, at: int = 700):
+    self.wide, self.narrow, self.at = wide, narrow, at
+
+  def _repr_html_(self):
+    css = (f"@media (max-width:{self.at - 0.02}px){{.adx-wide-only{{display:none}}}}"
+           f"@media (min-width:{self.at}px){{.adx-narrow-only{{display:none}}}}")
+    return (f"<style>{css}</style><div class=\"adx-wide-only\">{as_html(self.wide)}</div>"
+            f"<div class=\"adx-narrow-only\">{as_html(self.narrow)}</div>")
+
+  def __repr__(self):
+    return repr(self.wide)
+
+
+class Stacked:
+  """Pictures one below the other, each as wide as the column allows."""
+
+  def __init__(self, pictures):
+    self.pictures = list(pictures)
+
+  def _repr_html_(self):
+    return as_html(self.pictures)
+
+  def __repr__(self):
+    return "\n\n".join(repr(p) for p in self.pictures)

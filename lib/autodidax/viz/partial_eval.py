@@ -2,7 +2,7 @@
 into its known and unknown parts."""
 from __future__ import annotations
 
-from .draw import clip, digraph, short, titled
+from .draw import clip, digraph, fmt_number, short, titled
 from .jaxprs import jaxpr_graph
 from .panes import Columns
 
@@ -39,6 +39,7 @@ def partial_eval_graph(f, args, known, title: str | None = None):
     g.attr(label=title, labelloc="t")
   names = {}
   tid = lambda t: f"t{id(t)}"
+  value = lambda x: fmt_number(x) if isinstance(x, float) else short(x)   # 4 digits: narrow
 
   def tracer_name(t):
     if id(t) not in names:
@@ -46,7 +47,7 @@ def partial_eval_graph(f, args, known, title: str | None = None):
     return names[id(t)]
 
   for i, t in enumerate(tracers_in):
-    label = f"x{i}: " + (f"known {short(t.pval.const)}" if t.pval.is_known else t.aval.str_short())
+    label = f"x{i}: " + (f"known {value(t.pval.const)}" if t.pval.is_known else t.aval.str_short())
     color = "#d4edda" if t.pval.is_known else "#ffe5b4"
     g.node(tid(t), label, shape="ellipse", style="filled", fillcolor=color, penwidth="2")
   drawn_recipes = set()
@@ -59,7 +60,7 @@ def partial_eval_graph(f, args, known, title: str | None = None):
              style="filled", fillcolor="#ffe5b4")
     if isinstance(r, pe.ConstRecipe):
       rid = f"r{id(t)}"
-      g.node(rid, f"const\n{short(r.val)}", shape="box", style="filled,dashed",
+      g.node(rid, f"const\n{value(r.val)}", shape="box", style="filled,dashed",
              fillcolor="#d4edda")
       g.edge(rid, tid(t), style="dashed")
     elif isinstance(r, pe.JaxprEqnRecipe):
@@ -71,14 +72,16 @@ def partial_eval_graph(f, args, known, title: str | None = None):
         for x in r.tracers_in:
           g.edge(tid(x), rid)
       g.edge(rid, tid(t))
-  for k, t in enumerate(tracers_out):
-    if t.pval.is_known:
-      g.node(f"out{k}", f"out {k}: known {short(t.pval.const)}", shape="note",
-             style="filled", fillcolor="#d4edda")
-    else:
-      g.node(f"out{k}", f"out {k}", shape="doublecircle", style="filled", fillcolor="#fff3cd",
-             width="0.3")
-      g.edge(tid(t), f"out{k}")
+  with g.subgraph(name="outputs") as s:   # at the foot, beside each other
+    s.attr(rank="sink")
+    for k, t in enumerate(tracers_out):
+      if t.pval.is_known:
+        s.node(f"out{k}", f"out {k}: known {value(t.pval.const)}", shape="note",
+               style="filled", fillcolor="#d4edda")
+      else:
+        s.node(f"out{k}", f"out {k}", shape="doublecircle", style="filled", fillcolor="#fff3cd",
+               width="0.3")
+        g.edge(tid(t), f"out{k}")
   return g
 
 
