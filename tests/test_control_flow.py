@@ -179,7 +179,7 @@ def test_printing_layout():
   for line in ("body_jaxpr={ lambda ;", "body_nconsts=2", "cond_jaxpr={ lambda ;", "cond_nconsts=0"):
     assert line in text
   # One naming context: inner binders continue the outer names.
-  assert "j:f64[16] k:f64[16] l:i32[] m:i32[] n:f64[16]" in text
+  assert "h:f64[16] i:f64[16] j:i32[] k:i32[] l:f64[16]" in text   # `_` binders take no letter
   assert "] b c 0:i32[] f e" in text   # 2 body consts, then the carry (i, upper, x)
 
 
