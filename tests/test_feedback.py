@@ -216,9 +216,9 @@ def _compile_each_program_once():
   from autodidax import runtime
   compile, compile_spmd, loaded = runtime.compile, runtime.compile_spmd, {}
 
-  def compile_once(text, platform=None, host_callbacks=()):
-    if host_callbacks:   # the executable holds these callbacks: compile it afresh
-      return compile(text, platform, host_callbacks)
+  def compile_once(text, platform=None, host_callbacks=(), ordered=False):
+    if host_callbacks or ordered:   # the executable holds these callbacks: compile it afresh
+      return compile(text, platform, host_callbacks, ordered)
     key = (text, platform or runtime.default_platform())
     if key not in loaded:
       loaded[key] = compile(text, key[1])._loaded
