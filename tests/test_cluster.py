@@ -142,26 +142,52 @@ def test_a_worker_killed_mid_task_loses_nothing(batch, baseline, local2, tmp_pat
 
 def test_ctrl_c_then_a_rerun_grades_only_what_is_missing(batch, baseline, local2, tmp_path):
   """Each submission is in the gradebook as soon as it is graded: after Ctrl-C, a rerun
-  grades only the rest, and writes the same files."""
+  grades only the rest, and writes the same files.
+
+  So that Ctrl-C comes while notebooks are still to be graded, however fast the machine,
+  the interrupted run has one worker: the other's sandbox slot is held by a task that
+  waits on an event. That worker grades the batch one notebook after another, and
+  whichever is recorded first, one at least is still to run (the ones waiting for the
+  references are recorded together, the last one after them)."""
+  from distributed import Client, Event
+  from coursekit import cluster
   from coursekit.gradebook import Gradebook
   out = tmp_path / "out"
   argv = [str(batch), "--out", str(out), "--cluster", local2.scheduler_address, *COMMON]
-  proc = subprocess.Popen([sys.executable, "-m", "coursekit.grade", *map(str, argv)], cwd=ROOT,
-                          env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
   db, done = out / "gradebook.sqlite", 0
-  try:
-    for _ in range(3000):
-      if db.exists():
-        book = Gradebook(db)
-        done = book.count()[0]
-        book.close()
-        if done:
-          proc.send_signal(signal.SIGINT)
+  with Client(local2.scheduler_address, timeout=30) as c:
+    c.register_plugin(cluster.SandboxCheck())   # the workers offer their sandbox slot
+    other = sorted(c.scheduler_info()["workers"])[1]
+    gate = Event(f"hold-{tmp_path.name}", client=c)
+    hold = c.submit(gate.wait, 300, key=f"hold-{tmp_path.name}", pure=False,
+                    workers=[other], allow_other_workers=False,
+                    resources={cluster.RESOURCE: 1})
+    try:
+      for _ in range(300):
+        if hold.key in c.processing(workers=[other]).get(other, ()):
           break
-      time.sleep(0.1)
-    proc.wait(timeout=120)
-  finally:
-    proc.kill()
+        time.sleep(0.1)
+      else:
+        pytest.fail("the task that holds a worker did not start")
+      proc = subprocess.Popen([sys.executable, "-m", "coursekit.grade", *map(str, argv)],
+                              cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+      try:
+        for _ in range(3000):
+          if db.exists():
+            book = Gradebook(db)
+            done = book.count()[0]
+            book.close()
+            if done:
+              proc.send_signal(signal.SIGINT)
+              break
+          time.sleep(0.1)
+        proc.wait(timeout=120)
+      finally:
+        proc.kill()
+    finally:
+      gate.set()
+      hold.result(timeout=60)
   assert proc.returncode != 0, "the run ended before Ctrl-C"
   book = Gradebook(db)
   done = book.count()[0]

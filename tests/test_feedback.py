@@ -217,7 +217,7 @@ def _compile_each_program_once():
   compile, compile_spmd, loaded = runtime.compile, runtime.compile_spmd, {}
 
   def compile_once(text, platform=None, host_callbacks=(), ordered=False):
-    if host_callbacks:   # the executable holds these callbacks: compile it afresh
+    if host_callbacks or ordered:   # the executable holds these callbacks: compile it afresh
       return compile(text, platform, host_callbacks, ordered)
     key = (text, platform or runtime.default_platform())
     if key not in loaded:
