@@ -172,7 +172,7 @@ class Probe:
     kind = "todo" if isinstance(e, NotImplementedError) else "error"
     message = short(e)
     if isinstance(e, RecursionError):
-      message = short(f"{e} ({RECURSION_HINT})")
+      message = short(f"{RECURSION_HINT} ({e})")   # first: a long reason is cut at its end
     elif isinstance(e, KeyError) and (why := library_key_error(e)):
       message = short(why)
     self._record({"label": label, "value": {"k": kind, "type": type(e).__name__,

@@ -248,6 +248,8 @@ class Sandbox:
     if cg:
       used = cg.cpu_seconds()
       cg.kill_all()
+      if status == "ok" and used is not None and used >= lim.cpu_seconds:   # spent between two looks (its children too)
+        status = "timeout"
     out.join(5)
     res.join(5)
     oom = cg.oom() if cg else False

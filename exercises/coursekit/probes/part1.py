@@ -17,6 +17,7 @@ from ..probe import probe
 @probe("1.1", answers=("full_raise",), removes={"autodidax.core:full_raise": "full_raise"})
 def probe_1_1(p, full_raise):
   boxed = []   # how SpyTrace boxed values: "pure" or "lift"
+  raised = []  # the error full_raise raised, with its message
 
   class SpyTrace(ad.JVPTrace):   # a real JVP interpreter that records its boxing
     def pure(self, val):
@@ -40,11 +41,13 @@ def probe_1_1(p, full_raise):
       """The boxing methods called, the interpreter of the result, how it holds `val`, and
       the number inside; or the error raised."""
       boxed.clear()
+      raised.clear()
       try:
         r = full_raise(SpyTrace(main), val)
       except NotImplementedError:
         raise
       except Exception as e:  # noqa: BLE001 (the learner's code)
+        raised.append(f"{type(e).__name__}: {e}")   # shown if the reference didn't raise it
         return f"raises {type(e).__name__}"
       of = getattr(getattr(r, "_trace", None), "main", None)
       return (list(boxed), "upper" if of is upper else "lower" if of is lower else "neither",
@@ -60,9 +63,10 @@ def probe_1_1(p, full_raise):
     for k, i in enumerate(p.rng.permutation(len(cases))):
       what, main, val = cases[i]
       p.given(boxing=what)
+      got = p.call(f"full_raise, seeded case #{k}", outcome, main, val)
       p.value(f"full_raise, seeded case #{k}: the boxing methods called, the interpreter of "
               "the result, how it holds the value, and the number inside; or the error raised",
-              p.call(f"full_raise, seeded case #{k}", outcome, main, val))
+              got, detail=raised[0] if raised else None)
     p.given()
 
   # Where `bind` finds it, inside nested transformations.
