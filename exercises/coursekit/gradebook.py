@@ -84,8 +84,12 @@ class Gradebook:
 
   def _migrate(self):
     db = self.db
-    version = db.execute("PRAGMA user_version").fetchone()[0]
-    tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    db.execute("BEGIN")   # one snapshot: a run creating the file at once can't come between
+    try:
+      version = db.execute("PRAGMA user_version").fetchone()[0]
+      tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    finally:
+      db.execute("COMMIT")
     if version > VERSION:
       raise GradebookError(f"{self.path} was written by a newer grader (schema {version}; "
                            f"this one knows up to {VERSION}): grade with that version")
