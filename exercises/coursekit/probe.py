@@ -137,6 +137,13 @@ class Probe:
     Labels themselves must not depend on the seed."""
     self.inputs = ", ".join(f"{k} = {show_input(v)}" for k, v in inputs.items())
 
+  def shuffled(self, cases):
+    """`(k, case)` for each case, in an order drawn from the seed: a probe labels a
+    case by its position `k`, so that the same kinds of case come at every seed but
+    no record at a given place is the same at every seed."""
+    for k, i in enumerate(self.rng.permutation(len(cases))):
+      yield k, cases[i]
+
   def _record(self, record: dict):
     if self.inputs:
       record["inputs"] = self.inputs

@@ -32,8 +32,7 @@ def probe_T_1(p, to_primal_tangent_pair):
         ("your own tracer", sl.JVPTracer(trace, a, b)),
         ("another trace's JVPTracer", sl.JVPTracer(sl.JVPTrace(sl.eval_trace), a, b)),
         ("a plain array", p.rng.normal(size=int(p.rng.integers(1, 6))))]
-    for k, i in enumerate(p.rng.permutation(len(cases))):
-      what, val = cases[i]
+    for k, (what, val) in p.shuffled(cases):
       p.given(value=what)
       p.value(f"to_primal_tangent_pair, seeded case #{k}: (primal, tangent)",
               p.call(f"to_primal_tangent_pair, seeded case #{k}", outcome, val))
@@ -144,8 +143,7 @@ def probe_T_5(p, trace_chain):
   for _ in range(2):   # and nestings drawn from the seed
     kinds = [str(t) for t in p.rng.choice(["jvp", "vmap"], size=int(p.rng.integers(2, 4)))]
     nestings.append((" of ".join(kinds), _nest(kinds, xs)))
-  for k, i in enumerate(p.rng.permutation(len(nestings))):   # in a seeded order
-    what, run = nestings[i]
+  for k, (what, run) in p.shuffled(nestings):   # in a seeded order
     seen = []
 
     def g(x):

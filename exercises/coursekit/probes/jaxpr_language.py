@@ -183,8 +183,7 @@ def probe_C_4(p, scan_abstract_eval):
         ("f32[], returned as f64[]", ShapedArray((), np.float32)),
         ("int32[], returned as f64[]", ShapedArray((), np.int32)),
         ("f64[], well typed", ShapedArray((), np.float64))]
-    for k, i in enumerate(p.rng.permutation(len(carries))):
-      what, carry = carries[i]
+    for k, (what, carry) in p.shuffled(carries):
       p.given(carry=what, n=n)
       p.value(f"the rule, seeded case #{k}: the carry then the stacked ys, or the error raised",
               p.call(f"the rule, seeded case #{k}", outcome, carry))
@@ -225,8 +224,7 @@ def probe_C_5(p, dot_general_flops):
 def probe_C_6(p, jaxpr_outputs):
   inputs = [[0.5, 2., 3.]] + [[float(v) for v in np.round(p.rng.uniform(0., 3., size=3), 1)]
                               for _ in range(4)]
-  for i, k in enumerate(p.rng.permutation(len(inputs))):   # the chapter's input among them
-    a = inputs[k]
+  for i, a in p.shuffled(inputs):   # the chapter's input among them
     p.given(a=a)
     with recorded_binds() as binds:
       out = p.call(f"jaxpr_outputs of input #{i}", jaxpr_outputs, list(a))

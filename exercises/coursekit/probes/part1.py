@@ -60,8 +60,7 @@ def probe_1_1(p, full_raise):
         ("a tracer of the upper interpreter (a new Trace object)", upper, y),
         ("a tracer of the lower interpreter, by the upper one", upper, x),
         ("a tracer of the upper interpreter, by the lower one", lower, y)]
-    for k, i in enumerate(p.rng.permutation(len(cases))):
-      what, main, val = cases[i]
+    for k, (what, main, val) in p.shuffled(cases):
       p.given(boxing=what)
       got = p.call(f"full_raise, seeded case #{k}", outcome, main, val)
       p.value(f"full_raise, seeded case #{k}: the boxing methods called, the interpreter of "
@@ -117,8 +116,7 @@ def probe_1_3(p, tree_flatten, tree_unflatten):
            [p.rng.normal(size=2), {"y": [L(), (L(),)], "x": (4,)}, "a string leaf"],
            ((L(),),), {"k": [[], [L()]]}]
   offset = int(p.rng.integers(100))   # the new leaves' names
-  for i, k in enumerate(p.rng.permutation(len(trees))):   # in a seeded order
-    tree = trees[k]
+  for i, tree in p.shuffled(trees):   # in a seeded order
     originals = []
     def collect(t):   # the objects that can be leaves, to check that no leaf is a copy
       if type(t) in (tuple, list):
@@ -141,8 +139,7 @@ def probe_1_3(p, tree_flatten, tree_unflatten):
            ([None, L()], [None, p.rng.normal(size=3)]), ((L(), L()), [L(), L()]),
            ({"a": L()}, {"b": L()}), ((None,), (L(),)), ([L(), [L()]], [[L()], L()]),
            (((L(),),), (L(),)), ({"a": L()}, (L(),))]
-  for i, k in enumerate(p.rng.permutation(len(pairs))):   # in a seeded order
-    a, b = pairs[k]
+  for i, (a, b) in p.shuffled(pairs):   # in a seeded order
     p.given(a=a, b=b)
     la, ta = p.call(f"tree_flatten of pair {i}", tree_flatten, a)
     lb, tb = p.call(f"tree_flatten of pair {i}", tree_flatten, b)

@@ -12,7 +12,7 @@ import autodidax.numpy as anp
 from autodidax import core, lax
 from autodidax import jaxpr as jx
 from autodidax.core import ShapedArray
-from autodidax.jaxpr import Jaxpr, JaxprEqn, JaxprTypeError, Lit, Var, typecheck_jaxpr
+from autodidax.jaxpr import Jaxpr, JaxprEqn, Lit, Var, typecheck_jaxpr
 
 from ..checks import recorded_binds
 from ..probe import probe
@@ -76,8 +76,7 @@ def probe_2_1(p, broadcast_abstract_eval):
         ("a size-1 dimension is not a new axis", ShapedArray((a, 1), np.float64), (a, c + 1), (1,)),
         ("too many new axes", ShapedArray((b,), np.float64), (b, 2), (0, 1)),
     ]
-    for k, i in enumerate(p.rng.permutation(len(cases))):
-      what, x, shape, axes = cases[i]
+    for k, (what, x, shape, axes) in p.shuffled(cases):
       p.given(case=what, x=_type(x), shape=shape, axes=axes)
       got = p.call(f"broadcast_abstract_eval, case #{k}", _type_or_error, rule, x,
                    shape=shape, axes=axes)
@@ -149,8 +148,7 @@ def probe_2_2(p, typecheck_atom):
   cases += [(f"{what}, which is not an atom", set(vs), bad, names) for what, bad in (
       ("a bare float", float(p.rng.normal())), ("an array", p.rng.normal(size=3)),
       ("a string", "a"), ("None", None))]
-  for k, i in enumerate(p.rng.permutation(len(cases))):   # in a seeded order
-    what, env, x, names_ = cases[i]
+  for k, (what, env, x, names_) in p.shuffled(cases):   # in a seeded order
     p.given(case=what, where=where)
     p.value(f"typecheck_atom, case #{k}: the type, or the error raised",
             p.call(f"typecheck_atom, case #{k}", outcome, env, x, names_))
@@ -192,8 +190,7 @@ def probe_2_2(p, typecheck_atom):
       return f"raises {type(e).__name__}"
     return [_type(a) for a in ty.in_types], [_type(a) for a in ty.out_types]
 
-  for k, i in enumerate(p.rng.permutation(len(jaxprs))):
-    what, jaxpr = jaxprs[i]
+  for k, (what, jaxpr) in p.shuffled(jaxprs):
     p.given(jaxpr=what)
     p.value(f"typecheck_jaxpr, case #{k}: the input and output types, or the error raised",
             p.call(f"typecheck_jaxpr, case #{k}", types, jaxpr))

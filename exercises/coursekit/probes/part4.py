@@ -13,7 +13,7 @@ from autodidax import ad, control_flow, lax
 from autodidax import partial_eval as pe
 from autodidax.ad import UndefPrimal, Zero, is_undefined_primal
 from autodidax.core import ShapedArray, new_main
-from autodidax.jaxpr import Jaxpr, Var, eval_jaxpr, typecheck_jaxpr
+from autodidax.jaxpr import Jaxpr, eval_jaxpr, typecheck_jaxpr
 
 from ..checks import recorded_binds
 from ..probe import probe
@@ -101,8 +101,7 @@ def probe_4_2(p, mul_transpose):
   ct, known = p.rng.normal(size=n), p.rng.normal(size=n)
   pair = [("both operands linear", (ct, _undef((n,)), _undef((n,)))),
           ("x linear, y known", (ct, _undef((n,)), known))]
-  for k, i in enumerate(p.rng.permutation(2)):   # in a seeded order
-    what, args = pair[i]
+  for k, (what, args) in p.shuffled(pair):   # in a seeded order
     p.given(case=what, n=n)
     p.value(f"mul_transpose, seeded case #{k}: its cotangents, or the error raised",
             p.call(f"mul_transpose, seeded case #{k}", _or_error, mul_transpose, *args))
@@ -350,8 +349,7 @@ def probe_4_6(p, grad):
       ("an output of shape ()", lambda x: anp.reshape(anp.sum(anp.cos(x)), ())),
       ("a scalar output built from an integer", lambda x: anp.sum(x) * 3),
   ]
-  for k, i in enumerate(p.rng.permutation(len(outputs))):
-    what, f = outputs[i]
+  for k, (what, f) in p.shuffled(outputs):
     p.given(output=what)
     p.value(f"grad of a function, seeded case #{k}: the gradient, or the error raised",
             p.call(f"grad of a function, seeded case #{k}", _or_error, lambda: grad(f)(v)))
@@ -482,8 +480,7 @@ def probe_4_8(p, cond_transpose):
     ct = p.rng.normal(size=3)
     pair = [("a linear index (raise a ValueError)", _undef((), np.dtype("int32"))),
             ("a known index", np.int32(p.rng.integers(2)))]
-    for k, i in enumerate(p.rng.permutation(2)):   # in a seeded order
-      what, index = pair[i]
+    for k, (what, index) in p.shuffled(pair):   # in a seeded order
       p.given(index=what)
       p.value(f"cond_transpose, seeded case #{k}: its cotangents, or the error raised",
               p.call(f"cond_transpose, seeded case #{k}", _or_error, cond_transpose, [ct], index,

@@ -122,8 +122,7 @@ def probe_P_2(p, logaddexp_abstract_eval, logaddexp_p, logaddexp):
         ("two float64 scalars", np.float64(p.rng.normal()), np.float64(p.rng.normal())),
         ("two float32 vectors", np.ones(m, np.float32), np.ones(m, np.float32)),
     ]
-    for k, i in enumerate(p.rng.permutation(len(cases))):
-      what, x, y = cases[i]
+    for k, (what, x, y) in p.shuffled(cases):
       p.given(operands=what, n=n, m=m)
       p.value(f"the rule, seeded case #{k}: the output's type, shape and dtype, or the error "
               "raised", p.call(f"the rule, seeded case #{k}", outcome, x, y))
@@ -201,8 +200,7 @@ def probe_P_5(p, weighted_sum_transpose, weighted_sum_p, weighted_sum):
       ("(ct, x, y, U, wy): a linear weight", (x, y, U(), wy)),
       ("(ct, U, y, wx, U): a linear weight", (U(), y, wx, U()))]
   with _rules(weighted_sum_p, transpose=weighted_sum_transpose):
-    for k, i in enumerate(p.rng.permutation(len(cases))):
-      what, args = cases[i]
+    for k, (what, args) in p.shuffled(cases):
       p.given(operands=what)
       p.value(f"the rule, seeded case #{k}: one cotangent per operand (None where it isn't "
               "linear), or the error raised", p.call(f"the rule, seeded case #{k}", cotangents, *args))
