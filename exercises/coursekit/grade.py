@@ -60,7 +60,7 @@ import time
 import warnings
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -367,13 +367,15 @@ class Outcome:
 
 
 class Workspace:
-  """The grader's own temporary folder: one zip per learner edition (with the runner).
-  A sandbox gets its exercise's zip through a file descriptor, never a folder."""
+  """The grader's own temporary folder, and the learner editions (one zip per exercise,
+  with the runner). A sandbox gets its exercise's zip through a file descriptor, never a
+  folder."""
 
   def __init__(self, opts: Options, stubs: dict[str, Stub]):
     self.opts = opts
     self.root = Path(tempfile.mkdtemp(prefix="coursekit-grade-"))
     self.editions: dict[tuple[str, str], Path] = {}
+    self.kit = ""   # the library's and the grader's hash, once asked
     self.lock = threading.Lock()
     limits = Limits(memory_mib=opts.memory_mib, pids=opts.pids, cpu_seconds=opts.timeout,
                     timeout=WALL_FACTOR * opts.timeout)
@@ -384,11 +386,17 @@ class Workspace:
     self.stubs = stubs
 
   def edition(self, part: str, exercise: str) -> Path:
-    """The zip of `autodidax` without `exercise`'s answers, and the runner (built once)."""
+    """The zip of `autodidax` without `exercise`'s answers, and the runner: built once per
+    library and grader on this machine, in the cache that every grading process shares
+    (a Dask worker's first task, and the next run, find it there)."""
     with self.lock:
       if (part, exercise) not in self.editions:
         spec = probes.spec(part, exercise)
-        final = self.root / "editions" / part / f"{exercise.replace('.', '_')}.zip"
+        if not self.kit:
+          self.kit = fingerprint(LIB) + kit_hash()
+        key = hashlib.sha256(json.dumps([self.kit, ZIP_INSIDE, part, exercise, spec.answers,
+                                         spec.removes]).encode()).hexdigest()[:24]
+        final = cache_dir() / "editions" / part / f"{exercise.replace('.', '_')}-{key}.zip"
         final.parent.mkdir(parents=True, exist_ok=True)
         if not final.exists():   # built apart, then renamed into place: whoever wins, a whole zip
           work = Path(tempfile.mkdtemp(dir=final.parent, prefix=".building-"))
@@ -398,6 +406,10 @@ class Workspace:
             os.replace(package(pkg, work / "edition.zip", ZIP_INSIDE), final)
           finally:
             shutil.rmtree(work, ignore_errors=True)
+          for old in final.parent.glob(f"{final.name.rsplit('-', 1)[0]}-*.zip"):   # other versions'
+            with suppress(OSError):   # (one a run still uses is a day younger)
+              if old != final and time.time() - old.stat().st_mtime > 86400:
+                old.unlink()
         self.editions[part, exercise] = final
       return self.editions[part, exercise]
 
@@ -585,7 +597,6 @@ def _reader_main(conn, folder: str, opts: dict, memory_mib: int):
   memory limit. `opts` comes as a dict: the grader's `Options` may be `__main__.Options`."""
   opts = Options(**opts)
   resource.setrlimit(resource.RLIMIT_AS, (memory_mib << 20, memory_mib << 20))
-  sys.modules.setdefault("rfc3987_syntax", None)
   warnings.filterwarnings("ignore", module="nbformat")
   stubs = load_stubs(Path(folder))
   conn.send("ready")
@@ -976,7 +987,6 @@ def main(argv=None) -> int:
   ap.add_argument("--regrade", action="store_true", help="grade every notebook again, even "
                   "one the gradebook holds with the same content, seed and grader")
   args = ap.parse_args(argv)
-  sys.modules.setdefault("rfc3987_syntax", None)   # nbformat's jsonschema: skip a slow import
   warnings.filterwarnings("ignore", module="nbformat")   # old notebooks: no cell ids, ...
 
   stubs = load_stubs(args.exercises)

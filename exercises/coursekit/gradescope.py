@@ -188,7 +188,6 @@ def main(argv=None) -> int:
     path = build(args.out, args.visibility, args.timeout, args.memory)
     print(f"wrote {path}: upload it on Gradescope's Configure Autograder page")
     return 0
-  sys.modules.setdefault("rfc3987_syntax", None)
   config = json.loads(args.config.read_text()) if args.config and args.config.exists() else {}
   data = run(args.root, config, args.seed, args.jobs)
   print(f"score {data['score']:g}; wrote {args.root / 'results' / 'results.json'}")
