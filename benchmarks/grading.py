@@ -14,6 +14,7 @@ notebook's cells.
 from __future__ import annotations
 
 import csv
+import logging
 import os
 import statistics
 import subprocess
@@ -159,9 +160,12 @@ def _grade_cli(folder: Path, out: Path, env: dict, extra: list) -> float:
 
 def _scheduler_overhead_s() -> float:
   """Seconds of scheduling per task: no-op tasks through a LocalCluster of 2 workers."""
+  import dask
+  from coursekit.cluster import QUIET
   from distributed import Client, LocalCluster
-  with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as lc, \
-      Client(lc) as client:
+  with dask.config.set(QUIET), \
+      LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None,
+                   silence_logs=logging.CRITICAL) as lc, Client(lc) as client:
     client.submit(int).result()
     t = time.perf_counter()
     client.gather(client.map(int, range(NOOP_TASKS), pure=False))

@@ -30,6 +30,7 @@ from dataclasses import astuple
 import uuid
 from pathlib import Path
 
+import dask
 from distributed import Client, LocalCluster, WorkerPlugin, as_completed
 
 from . import grade
@@ -43,6 +44,13 @@ RETRIES = 2             # a task that raises is retried this many times
 CONNECT_TIMEOUT = 10    # seconds, to reach a scheduler
 WORKERS_TIMEOUT = 300   # seconds, for its first worker (a batch system may take a while)
 NOT_GRADED = "not graded"
+# Dask's housekeeping, made rarer: a grading task runs for seconds, and on a few cores a
+# stack sampled every 10 ms and loops ticking every 20 ms in each process cost ~10 % of
+# the grading (`benchmarks/grading.py`). Hand-started workers take the same settings
+# from the environment (book/instructors.md).
+QUIET = {"distributed.worker.profile.enabled": False, "distributed.admin.tick.interval": "1s",
+         "distributed.worker.memory.monitor-interval": "1s",
+         "distributed.admin.system-monitor.interval": "2s"}
 
 
 def course_version(exercises: Path) -> str:
@@ -118,8 +126,9 @@ def connect(address: str) -> Client:
     if n < 1:
       raise ValueError(f"--cluster {address}: say how many workers, e.g. local:4")
     dashboard = ":0" if importlib.util.find_spec("bokeh") else None
-    cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
-                           dashboard_address=dashboard, silence_logs=logging.ERROR)
+    with dask.config.set(QUIET):
+      cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                             dashboard_address=dashboard, silence_logs=logging.ERROR)
     return Client(cluster, set_as_default=False)
   try:
     return Client(address, timeout=CONNECT_TIMEOUT, set_as_default=False)
