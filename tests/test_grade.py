@@ -715,9 +715,9 @@ def test_select_and_review_aids_are_linear_and_never_recurse():
   chain = "a0 = 1\n" + "".join(f"a{i} = a{i - 1} + 1\n" for i in range(1, 13_000))
   cells = [{"kind": "learner", "source": chain + "def answer():\n  return a12999\n",
             "exercise": "9.9", "after": []}]
-  t0 = time.monotonic()
+  t0 = time.process_time()   # CPU time: a busy machine mustn't decide the verdict
   [got] = definitions.select(cells, ["answer"], "9.9")
-  assert got["source"].count("\n") == 13_001 and time.monotonic() - t0 < 10
+  assert got["source"].count("\n") == 13_001 and time.process_time() - t0 < 10
   for code in ("x = " + " + ".join(["1"] * 400), "y = a" + ".b" * 1200, "y = a" + ".b()" * 1200,
                "z = a" + ".b" * 50_000):
     flags.scan(code)
