@@ -14,6 +14,7 @@ ids, no full tracer reprs or HLO metadata, picture labels of at least 10 px
 (8 px on a phone), navigation that fits. Screenshots of each chapter at 390
 and 1280 px go to _build/screenshots/ (JPEG).
 """
+import html
 import os
 import re
 import subprocess
@@ -704,6 +705,51 @@ def test_the_sites_zip_installs_the_library_and_the_checks(build, tmp_path):
     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
   assert proc.returncode == 0 and str(tmp_path) in proc.stdout, proc.stdout
   assert proc.stdout.split()[-1] == "6", proc.stdout   # the check cells' expected records
+
+
+# -- Citations of JAX's source: no name read twice ------------------------------------
+
+CODE = re.compile(r'<code class="([^"]*)"[^>]*>(.*?)</code>', re.S)
+
+
+def doubled_citations(page: str) -> list[str]:
+  """Where a {jaxsrc} citation, as built, repeats the name the prose has just
+  given ("`jit` is `jit` in jax/_src/api.py"): two code spans in a row, one
+  of them a citation's name, with the same last dotted name and at most a
+  few characters between them."""
+  text = lambda h: re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", "", h)))
+  found, prev, end = [], None, 0
+  for m in CODE.finditer(page):
+    name, cites = text(m.group(2)).strip(), "adx-jaxsrc-name" in m.group(1)
+    gap = text(page[end:m.start()])
+    last = "" if "/" in name else name.rsplit(".", 1)[-1].removesuffix("()")
+    if prev and last and prev[1] == last and (cites or prev[2]) and len(gap) <= 16:
+      found.append(f"`{prev[0]}`{gap}`{name}`")
+    prev, end = (name, last, cites), m.end()
+  return found
+
+
+def test_the_doubled_citation_rule_can_fail():
+  cite = ('<span class="adx-jaxsrc"><code class="adx-jaxsrc-name docutils literal">'
+          '<span class="pre">{}</span></code> in <code class="adx-jaxsrc docutils literal">'
+          '<span class="pre">jax/_src/{}</span></code></span>')
+  code = '<code class="docutils literal"><span class="pre">{}</span></code>'
+  page = (f"<p>{code.format('SymbolicZero')} in {cite.format('SymbolicZero', 'ad_util.py')}, "
+          f"{code.format('jit')} is {cite.format('jit', 'api.py')}; "
+          f"{code.format('jax.lax')} ({cite.format('dot_general', 'lax/lax.py')}); "
+          f"{code.format('vmap')}, a name given long before its citation, "
+          f"{cite.format('vmap', 'api.py')}</p>")
+  assert doubled_citations(page) == ["`SymbolicZero` in `SymbolicZero`", "`jit` is `jit`"]
+
+
+def test_no_cited_name_reads_twice(build):
+  """On every built page, no citation of JAX's source repeats the name just
+  before it (book/_ext/jax_source.py shows the file alone there)."""
+  if build.returncode != 0:
+    pytest.skip("the build failed")
+  doubled = [f"{rel}: {d}" for rel in _toc_pages()
+             for d in doubled_citations((HTML / rel).read_text())]
+  assert doubled == [], doubled
 
 
 def test_glossary_points_to_the_chapters(build):
