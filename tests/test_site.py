@@ -752,6 +752,19 @@ def test_no_cited_name_reads_twice(build):
   assert doubled == [], doubled
 
 
+def test_no_page_loads_mathjax(build):
+  """Math would load MathJax from a CDN: the configuration enables no math
+  syntax, and no built page has a MathJax script."""
+  config = (ROOT / "_config.yml").read_text()
+  extensions = re.search(r"myst_enable_extensions:\n((?:\s+- \w+\n)+)", config).group(1)
+  assert not {"dollarmath", "amsmath"} & set(re.findall(r"- (\w+)", extensions)), extensions
+  if build.returncode != 0:
+    pytest.skip("the build failed")
+  loads = [p.relative_to(HTML).as_posix() for p in HTML.rglob("*.html")
+           if re.search(r"<script[^>]*mathjax", p.read_text(), re.I)]
+  assert loads == [], loads
+
+
 def test_glossary_points_to_the_chapters(build):
   """Every "See <chapter>" of the glossary is a link to that chapter, for
   every chapter name in _config.yml's adx_chapter_names."""
