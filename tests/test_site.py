@@ -407,7 +407,8 @@ READING_RULES = r"""width => {
   return bad;
 }"""
 
-SVG_FONT = re.compile(r'font-size="([0-9.]+)"')
+SVG_FONT = re.compile(r'font-size(?:="|:\s*)([0-9.]+)')   # graphviz's, matplotlib's
+PLOT_TICK_PX = 9   # a plot's smallest text (its ticks) on a phone
 SVG_SIZE = re.compile(r'<svg[^>]*\bwidth="([0-9.]+)pt"[^>]*viewBox="[-0-9. ]*?([0-9.]+) [0-9.]+"')
 
 
@@ -430,13 +431,17 @@ def _check_pictures(page, width, fit=True):
       bad.append(f"{name}: not in a zoom frame (div.adx-zoom)")
     if img["link"]:
       bad.append(f"{name}: a link takes the reader off the page ({img['link']})")
-    if name.endswith(".svg"):
-      svg = Path(unquote(urlparse(img["src"]).path)).read_text()
-      size, fonts = SVG_SIZE.search(svg), [float(f) for f in SVG_FONT.findall(svg)]
-      if size and fonts:
-        drawn = min(fonts) * img["width"] / float(size.group(2))
-        if drawn < least - 0.05:
-          bad.append(f"{name}: labels {drawn:.1f} px at {width} px (at least {least})")
+    if not name.endswith(".svg"):   # a plot's ticks can't be measured, nor stay sharp
+      bad.append(f"{name}: a raster picture (draw plots as SVG: outputs.svg_plots)")
+      continue
+    svg = Path(unquote(urlparse(img["src"]).path)).read_text()
+    size, fonts = SVG_SIZE.search(svg), [float(f) for f in SVG_FONT.findall(svg)]
+    floor = max(least, PLOT_TICK_PX) if "Matplotlib" in svg else least
+    if not (size and fonts):
+      if "Matplotlib" in svg:   # a plot whose text became paths
+        bad.append(f"{name}: no text size to measure (matplotlib: svg.fonttype 'none')")
+    elif (drawn := min(fonts) * img["width"] / float(size.group(2))) < floor - 0.05:
+      bad.append(f"{name}: labels {drawn:.1f} px at {width} px (at least {floor})")
   for pic in page.evaluate(INLINE_PICTURES):
     if pic["role"] != "img" or len(pic["name"]) < 15:
       bad.append(f"inline picture without an accessible name: {pic}")
