@@ -329,7 +329,7 @@ def test_custom_derivatives_stepper_paragraph_counts_the_steps():
   import autodidax as adx
   import autodidax.numpy as anp
   from autodidax import viz
-  assert _says("custom_derivatives", "Twelve of the 22 steps stage rather than compute.")
+  assert _says("custom_derivatives", "Fourteen of the 24 steps stage rather than compute.")
 
   @adx.custom_jvp
   def safe_length(v):
@@ -344,9 +344,10 @@ def test_custom_derivatives_stepper_paragraph_counts_the_steps():
   with viz.record() as rec:
     adx.jvp(safe_length, (np.array([3., 4.]),), (np.array([1., 0.]),))
   levels = [e.main.level for e in rec.events]
-  assert len(levels) == 22 and sum(l >= 2 for l in levels) == 12
-  assert levels[:3] == [2] * 3 and levels[3] == 1 and set(levels[4:13]) == {2, 3}
-  assert levels[13:] == [0] * 9
+  assert len(levels) == 24 and sum(l >= 2 for l in levels) == 14
+  assert levels[:3] == [2] * 3 and levels[3] == 1 and set(levels[4:15]) == {2, 3}
+  assert levels[15:] == [0] * 9
+  assert [e.prim.name for e in rec.events].count("xla_call") == 2   # where's own jit
 
 
 def test_custom_derivatives_softplus_and_answer_3_hold_in_jax():

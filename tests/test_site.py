@@ -14,6 +14,7 @@ ids, no full tracer reprs or HLO metadata, picture labels of at least 10 px
 (8 px on a phone), navigation that fits. Screenshots of each chapter at 390
 and 1280 px go to _build/screenshots/ (JPEG).
 """
+import html
 import os
 import re
 import subprocess
@@ -406,7 +407,8 @@ READING_RULES = r"""width => {
   return bad;
 }"""
 
-SVG_FONT = re.compile(r'font-size="([0-9.]+)"')
+SVG_FONT = re.compile(r'font-size(?:="|:\s*)([0-9.]+)')   # graphviz's, matplotlib's
+PLOT_TICK_PX = 9   # a plot's smallest text (its ticks) on a phone
 SVG_SIZE = re.compile(r'<svg[^>]*\bwidth="([0-9.]+)pt"[^>]*viewBox="[-0-9. ]*?([0-9.]+) [0-9.]+"')
 
 
@@ -429,13 +431,17 @@ def _check_pictures(page, width, fit=True):
       bad.append(f"{name}: not in a zoom frame (div.adx-zoom)")
     if img["link"]:
       bad.append(f"{name}: a link takes the reader off the page ({img['link']})")
-    if name.endswith(".svg"):
-      svg = Path(unquote(urlparse(img["src"]).path)).read_text()
-      size, fonts = SVG_SIZE.search(svg), [float(f) for f in SVG_FONT.findall(svg)]
-      if size and fonts:
-        drawn = min(fonts) * img["width"] / float(size.group(2))
-        if drawn < least - 0.05:
-          bad.append(f"{name}: labels {drawn:.1f} px at {width} px (at least {least})")
+    if not name.endswith(".svg"):   # a plot's ticks can't be measured, nor stay sharp
+      bad.append(f"{name}: a raster picture (draw plots as SVG: outputs.svg_plots)")
+      continue
+    svg = Path(unquote(urlparse(img["src"]).path)).read_text()
+    size, fonts = SVG_SIZE.search(svg), [float(f) for f in SVG_FONT.findall(svg)]
+    floor = max(least, PLOT_TICK_PX) if "Matplotlib" in svg else least
+    if not (size and fonts):
+      if "Matplotlib" in svg:   # a plot whose text became paths
+        bad.append(f"{name}: no text size to measure (matplotlib: svg.fonttype 'none')")
+    elif (drawn := min(fonts) * img["width"] / float(size.group(2))) < floor - 0.05:
+      bad.append(f"{name}: labels {drawn:.1f} px at {width} px (at least {floor})")
   for pic in page.evaluate(INLINE_PICTURES):
     if pic["role"] != "img" or len(pic["name"]) < 15:
       bad.append(f"inline picture without an accessible name: {pic}")
@@ -704,6 +710,64 @@ def test_the_sites_zip_installs_the_library_and_the_checks(build, tmp_path):
     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
   assert proc.returncode == 0 and str(tmp_path) in proc.stdout, proc.stdout
   assert proc.stdout.split()[-1] == "6", proc.stdout   # the check cells' expected records
+
+
+# -- Citations of JAX's source: no name read twice ------------------------------------
+
+CODE = re.compile(r'<code class="([^"]*)"[^>]*>(.*?)</code>', re.S)
+
+
+def doubled_citations(page: str) -> list[str]:
+  """Where a {jaxsrc} citation, as built, repeats the name the prose has just
+  given ("`jit` is `jit` in jax/_src/api.py"): two code spans in a row, one
+  of them a citation's name, with the same last dotted name and at most a
+  few characters between them."""
+  text = lambda h: re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", "", h)))
+  found, prev, end = [], None, 0
+  for m in CODE.finditer(page):
+    name, cites = text(m.group(2)).strip(), "adx-jaxsrc-name" in m.group(1)
+    gap = text(page[end:m.start()])
+    last = "" if "/" in name else name.rsplit(".", 1)[-1].removesuffix("()")
+    if prev and last and prev[1] == last and (cites or prev[2]) and len(gap) <= 16:
+      found.append(f"`{prev[0]}`{gap}`{name}`")
+    prev, end = (name, last, cites), m.end()
+  return found
+
+
+def test_the_doubled_citation_rule_can_fail():
+  cite = ('<span class="adx-jaxsrc"><code class="adx-jaxsrc-name docutils literal">'
+          '<span class="pre">{}</span></code> in <code class="adx-jaxsrc docutils literal">'
+          '<span class="pre">jax/_src/{}</span></code></span>')
+  code = '<code class="docutils literal"><span class="pre">{}</span></code>'
+  page = (f"<p>{code.format('SymbolicZero')} in {cite.format('SymbolicZero', 'ad_util.py')}, "
+          f"{code.format('jit')} is {cite.format('jit', 'api.py')}; "
+          f"{code.format('jax.lax')} ({cite.format('dot_general', 'lax/lax.py')}); "
+          f"{code.format('vmap')}, a name given long before its citation, "
+          f"{cite.format('vmap', 'api.py')}</p>")
+  assert doubled_citations(page) == ["`SymbolicZero` in `SymbolicZero`", "`jit` is `jit`"]
+
+
+def test_no_cited_name_reads_twice(build):
+  """On every built page, no citation of JAX's source repeats the name just
+  before it (book/_ext/jax_source.py shows the file alone there)."""
+  if build.returncode != 0:
+    pytest.skip("the build failed")
+  doubled = [f"{rel}: {d}" for rel in _toc_pages()
+             for d in doubled_citations((HTML / rel).read_text())]
+  assert doubled == [], doubled
+
+
+def test_no_page_loads_mathjax(build):
+  """Math would load MathJax from a CDN: the configuration enables no math
+  syntax, and no built page has a MathJax script."""
+  config = (ROOT / "_config.yml").read_text()
+  extensions = re.search(r"myst_enable_extensions:\n((?:\s+- \w+\n)+)", config).group(1)
+  assert not {"dollarmath", "amsmath"} & set(re.findall(r"- (\w+)", extensions)), extensions
+  if build.returncode != 0:
+    pytest.skip("the build failed")
+  loads = [p.relative_to(HTML).as_posix() for p in HTML.rglob("*.html")
+           if re.search(r"<script[^>]*mathjax", p.read_text(), re.I)]
+  assert loads == [], loads
 
 
 def test_glossary_points_to_the_chapters(build):

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import toc  # tests/toc.py: _toc.yml's pages
 
 ROOT = Path(__file__).resolve().parents[1]
 HTML = ROOT / "_build" / "html"
@@ -284,11 +285,8 @@ def test_arrays_compare_by_value_whatever_their_class():
 
 # -- An example before each listing --------------------------------------------------
 
-# The chapters held to the rule so far; the others (Parts 1-4, "JAX today",
-# primitives, effects) still show some listings before their section's first
-# example.
-EXAMPLE_FIRST = ["book/jaxpr_language", "book/custom_derivatives", "book/remat",
-                 "book/many_devices"]
+# Every chapter of the course is held to it.
+EXAMPLE_FIRST = toc.course_chapters()
 
 
 def listings_before_an_example(source: str) -> list[str]:

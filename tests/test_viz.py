@@ -147,6 +147,23 @@ def test_every_trace_colour_names_a_trace_of_the_library():
   assert set(viz.TRACE_COLORS) <= traces, set(viz.TRACE_COLORS) - traces
 
 
+def test_a_wide_flat_jaxpr_gets_a_row_per_equation_on_a_phone():
+  """vmap of a cond with a batched predicate is flat: branches side by side,
+  joined by select_n. Split, it is as wide as before; for a phone it gets one
+  equation per row, narrow enough for a phone's pane, and keeps every node."""
+  from autodidax import lax
+  from autodidax.viz.draw import NARROW_COLUMN_PX, natural_width
+  f = lambda x: lax.cond(anp.sum(x) > 0., anp.sin, lambda x: x * 2., x)
+  jaxpr = adx.make_jaxpr(adx.vmap(f))(np.stack([np.ones(3), -np.ones(3)]))
+  flat = viz.jaxpr_graph_nested(jaxpr, split=True)
+  assert len(flat.pictures) == 1 and natural_width(flat.pictures[0]) > NARROW_COLUMN_PX
+  picture = viz.jaxpr_picture(jaxpr)
+  assert isinstance(picture, viz.ByWidth)
+  [narrow] = picture.narrow.pictures
+  assert natural_width(narrow) <= NARROW_COLUMN_PX
+  assert _svg(narrow).count('class="node"') == _svg(flat.pictures[0]).count('class="node"')
+
+
 def test_nested_jaxprs_are_split_for_a_phone():
   """viz.jaxpr_picture: the nest on a wide page, one picture per jaxpr on a
   phone, each narrow enough that its smallest label measures 8 px in a

@@ -27,6 +27,7 @@ these helpers only decide how its results look on the page:
   XLA attaches to every instruction (source file and line).
 - `fold(text)`: lines longer than the page's code column folded at a space,
   the rest indented under the line's own start.
+- `svg_plots()`: matplotlib figures drawn as SVG, their text kept as text.
 - `trace_log()`: `viz.trace` prints tracers as `jvp@2 f64[]=2.0` (the
   interpreter, its level, the abstract value and, when known, the value)
   instead of their full repr.
@@ -371,3 +372,12 @@ def trace_log():
   if getattr(full, "__name__", "") != "pp_traced":
     return
   calls.pp_traced = lambda x: compact(x, full)
+
+
+def svg_plots():
+  """Draw matplotlib figures as SVG whose text stays text: sharp at any
+  width, and the site test can measure a plot's ticks as drawn."""
+  import matplotlib
+  from matplotlib_inline.backend_inline import set_matplotlib_formats
+  matplotlib.rcParams.update({"svg.fonttype": "none", "svg.hashsalt": "autodidax"})
+  set_matplotlib_formats("svg", metadata={"Date": None})

@@ -50,7 +50,7 @@ def _svg_alt(path: Path) -> str | None:
 
 MIN_LABEL_PX = {"wide": 10, "phone": 8}   # the smallest label as drawn
 SVG_SIZE = re.compile(r'<svg[^>]*\bwidth="([0-9.]+)pt"[^>]*viewBox="[-0-9. ]*?([0-9.]+) [0-9.]+"')
-SVG_FONT = re.compile(r'font-size="([0-9.]+)"')
+SVG_FONT = re.compile(r'font-size(?:="|:\s*)([0-9.]+)')   # graphviz's, matplotlib's
 
 
 def _min_widths(path: Path) -> str:

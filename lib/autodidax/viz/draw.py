@@ -92,6 +92,8 @@ def wrap_words(text: str, width: int) -> str:
 # desktop's column (about 940 px at 1280) with labels of 10 px, if its
 # smallest label is 10 pt (13.3 px).
 WIDE_COLUMN_PX = 940 * 13.3 / 10
+# The same for a phone's pane (about 300 px at 390) with labels of 8 px.
+NARROW_COLUMN_PX = 300 * 13.3 / 8
 
 
 def natural_width(graph) -> float:

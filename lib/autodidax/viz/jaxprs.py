@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import html
 
-from .draw import WIDE_COLUMN_PX, clip, digraph, natural_width, titled, wrap_words
+from .draw import (NARROW_COLUMN_PX, WIDE_COLUMN_PX, clip, digraph, natural_width, titled,
+                   wrap_words)
 from .panes import ByWidth, Stacked
 
 
@@ -82,13 +83,15 @@ def jaxpr_graph(jaxpr, title: str | None = None, max_eqns: int = 200):
 # --- Jaxprs with sub-jaxprs (cond, while, scan, xla_call) as nested clusters ----------------
 
 def jaxpr_graph_nested(jaxpr, title: str | None = None, max_eqns: int = 200,
-                       split: bool = False):
+                       split: bool = False, chain: bool = False):
   """Like `jaxpr_graph`, but a higher-order equation is drawn as a cluster
   holding its sub-jaxprs (each a cluster of its own, named by its parameter),
   with edges from the equation's operands to the sub-jaxprs' inputs.
   Names are shared across levels, as in the printed jaxpr. With `split`, the
   sub-jaxprs are pictures of their own instead, one below the other (narrow
-  enough for a phone): a `Stacked` of graphs, the outer jaxpr first."""
+  enough for a phone): a `Stacked` of graphs, the outer jaxpr first. With
+  `chain`, each equation gets a row of its own, in program order, so that a
+  jaxpr of many independent equations is as narrow as its widest node."""
   from ..jaxpr import ClosedJaxpr, Jaxpr, Lit, VarNames, fmt_literal
   if isinstance(jaxpr, ClosedJaxpr):
     jaxpr = jaxpr.jaxpr
@@ -127,10 +130,14 @@ def jaxpr_graph_nested(jaxpr, title: str | None = None, max_eqns: int = 200,
               fillcolor="#d4edda" if depth == 0 else "#e9f5ec")
       if outer_inputs is not None and i < len(outer_inputs) and outer_inputs[i] is not None:
         sg.edge(outer_inputs[i], producer[v], style="dashed", color="#888888")
+    prev = None
     for eqn in jx.eqns[:max_eqns]:
       label = eqn_label(eqn, names, var_label)
       subs = list(sub_jaxprs(eqn))
       node = fresh("e")
+      if chain and prev is not None:   # one row per equation
+        sg.edge(prev, node, style="invis", weight="20")
+      prev = node
       ins = [producer.get(x) if not isinstance(x, Lit) else None for x in eqn.inputs]
       if not subs or split:
         sg.node(node, label, shape="box", style="rounded,filled",
@@ -191,7 +198,11 @@ def jaxpr_graph_nested(jaxpr, title: str | None = None, max_eqns: int = 200,
 def jaxpr_picture(jaxpr, title: str | None = None):
   """A jaxpr with sub-jaxprs, laid out for the column: nested in one picture
   on a wide page, split into one picture per jaxpr on a phone, and split on
-  every page when the nested picture is too wide to read even there."""
+  every page when the nested picture is too wide to read even there. A
+  split picture still too wide for a phone (a flat jaxpr of many side-by-side
+  equations, like a batched `cond`'s `select_n`s) gets one row per equation."""
   nested = jaxpr_graph_nested(jaxpr, title)
   split = jaxpr_graph_nested(jaxpr, title, split=True)
+  if max(natural_width(g) for g in split.pictures) > NARROW_COLUMN_PX:
+    split = jaxpr_graph_nested(jaxpr, title, split=True, chain=True)
   return split if natural_width(nested) > WIDE_COLUMN_PX else ByWidth(nested, split)
