@@ -267,21 +267,15 @@ def _learners_commands() -> list:
 @pytest.mark.parametrize("installed", ROUTES[:1], indirect=True)
 def test_a_downloaded_notebook_opens_the_sites_sections_in_the_learners_lab(
     installed, learner, zip_file, site, tmp_path):
-  """As book/running_exercises.md says: beside the zip (installed), `pip install`
-  what else it names (JupyterLab), at the versions this repository runs, which pip's
-  cache holds; download the notebook it names from the site; run its `jupyter lab`
+  """As book/running_exercises.md says: download the notebook it names from the site;
+  beside the zip (installed), `pip install` what else it names (JupyterLab), at the
+  versions this repository runs, which pip's cache holds; run its `jupyter lab`
   command, from the activated environment, in the downloads folder. A click on the
   notebook's first book link opens the site's page at its section."""
   commands = _learners_commands()
   [install] = [c for c in commands if c[:2] == ["pip", "install"]]
   [open_lab] = [c for c in commands if c[:2] == ["jupyter", "lab"]]
   assert zip_file.name in install[2:], install
-  env = learner / "env"
-  frozen = _run(sys.executable, "-m", "pip", "freeze", "--exclude-editable").stdout
-  (tmp_path / "constraints.txt").write_text(frozen)
-  _pip(env, "install", "-c", tmp_path / "constraints.txt",
-       *(name for name in install[2:] if name != zip_file.name))
-
   notebook = Path(open_lab[2]).stem
   doc = next(d for d, nb in sorted(_chapters().items()) if nb == notebook)
   downloads = tmp_path / "downloads"
@@ -290,6 +284,12 @@ def test_a_downloaded_notebook_opens_the_sites_sections_in_the_learners_lab(
   (downloads / f"{notebook}.ipynb").write_text(saved)
   links = _links(json.loads(saved))
   assert links and all(link.startswith(f"{site}book/") for link in links), links
+
+  env = learner / "env"
+  frozen = _run(sys.executable, "-m", "pip", "freeze", "--exclude-editable").stdout
+  (tmp_path / "constraints.txt").write_text(frozen)
+  _pip(env, "install", "-c", tmp_path / "constraints.txt",
+       *(name for name in install[2:] if name != zip_file.name))
 
   activated = {k: v for k, v in _clean_env().items() if not k.startswith(("JUPYTER", "PYTEST"))}
   activated.update(VIRTUAL_ENV=str(env), PATH=f"{env / 'bin'}{os.pathsep}{activated['PATH']}",
