@@ -30,8 +30,8 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import harness  # noqa: E402
 
 # Imported in order; each registers its sections. The order is results.md's.
-SECTION_MODULES = ["eager_ops", "transforms", "staging", "autodiff", "grading", "jit", "remat",
-                   "many_devices", "book"]
+SECTION_MODULES = ["eager_ops", "transforms", "staging", "autodiff", "grading", "exercises",
+                   "jit", "remat", "many_devices", "book"]
 
 
 def main(argv=None):

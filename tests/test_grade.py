@@ -708,6 +708,32 @@ def test_sandbox_cpu_is_capped_and_counted():
   assert r.status == "timeout" and r.wall and r.waited < 1, r
 
 
+@needs_bwrap
+def test_a_busy_machine_does_not_end_a_run(monkeypatch):
+  """On one CPU shared with two busy loops outside the sandbox, a run of 1 s of CPU time
+  takes longer than its wall-clock bound, yet finishes: its waits for a CPU move the
+  bound (here without the cap, which a machine busier still would reach). A run that
+  sleeps past the bound still ends there."""
+  monkeypatch.setattr(sandbox, "WAIT_CREDIT", 100)
+  sb, _ = run_in_sandbox("pass")
+  if sb.mode != "cgroup-v1" or not os.access(sandbox.CGROUP_V1 / "cpuacct", os.W_OK):
+    pytest.skip(f"no cgroup cpu controllers here ({sb.mode})")
+  mine = os.sched_getaffinity(0)
+  os.sched_setaffinity(0, {min(mine)})   # what this process starts shares one CPU
+  busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+  try:
+    work = "import time\nt = time.process_time()\nwhile time.process_time() - t < 1: pass"
+    _, r = run_in_sandbox(work, timeout=1.5)
+    _, asleep = run_in_sandbox("import time; time.sleep(60)", timeout=1.5)
+  finally:
+    for b in busy:
+      b.kill()
+      b.wait()
+    os.sched_setaffinity(0, mine)
+  assert r.status == "ok" and r.seconds > 1.5, r
+  assert asleep.status == "timeout" and asleep.wall and asleep.seconds < 5, asleep
+
+
 def test_select_and_review_aids_are_linear_and_never_recurse():
   """A 13,000-line chain of assignments, a 400-term sum, a 1,200-long attribute chain and
   call chain: each is read in well under a second per 10,000 lines, and nothing raises."""

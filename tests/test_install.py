@@ -2,7 +2,11 @@
 serves it, passes with the reference answers in a fresh Python that has only
 the course installed, by either route that book/running_exercises.md gives:
 `pip install autodidax-course.zip` (the site's zip, built by the site's own
-code) and `pip install .` in a copy of the repository.
+code) and `pip install .` in a copy of the repository. With the zip, the learner
+then follows that page to the end: installs JupyterLab beside it, downloads a
+notebook from the site and opens it in the environment's own lab, whose book
+links open the site at their sections (the last of tests/test_links.py's
+settings, with its helpers).
 
 The environment lives outside the repository and imports nothing from lib/ or
 exercises/ (the last cell of each notebook checks where autodidax and
@@ -18,6 +22,8 @@ import importlib.util
 import json
 import os
 import re
+import shlex
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -27,6 +33,8 @@ import nbformat
 import pytest
 
 from coursekit import stubs
+from test_links import _chapters, _click_in_lab, _download, _in_browser, _lab, _links
+from test_links import build, site  # noqa: F401 (fixtures)
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted(p.stem for p in (ROOT / "exercises").glob("*.ipynb"))
@@ -165,8 +173,8 @@ def installed(request, learner):
     _pip(env, "install", request.getfixturevalue("zip_file"))
   else:
     _pip(env, "install", ".", cwd=request.getfixturevalue("clone"))
-  [site] = (env / "lib").glob("python3*/site-packages")
-  return site
+  [packages] = (env / "lib").glob("python3*/site-packages")
+  return packages
 
 
 def test_the_install_holds_every_package_and_file(installed):
@@ -243,3 +251,51 @@ def test_notebook_passes_with_the_reference_answers(installed, learner, part, tm
     assert Path(module_file).is_relative_to(installed), where
   for entry in where[2]:   # '' is the notebook's folder
     assert not (tmp_path / entry).resolve().is_relative_to(ROOT), f"{entry} is in the repository"
+
+
+# --- The learner's lab ------------------------------------------------------------------------
+
+def _learners_commands() -> list:
+  """The commands book/running_exercises.md gives a learner without the repository
+  (the bash block of "In any Python environment"), each as its words."""
+  text = (ROOT / "book" / "running_exercises.md").read_text()
+  section = text.split("## In any Python environment", 1)[1]
+  block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+  return [shlex.split(command) for line in block.splitlines() for command in line.split("&&")]
+
+
+@pytest.mark.parametrize("installed", ROUTES[:1], indirect=True)
+def test_a_downloaded_notebook_opens_the_sites_sections_in_the_learners_lab(
+    installed, learner, zip_file, site, tmp_path):
+  """As book/running_exercises.md says: download the notebook it names from the site;
+  beside the zip (installed), `pip install` what else it names (JupyterLab), at the
+  versions this repository runs, which pip's cache holds; run its `jupyter lab`
+  command, from the activated environment, in the downloads folder. A click on the
+  notebook's first book link opens the site's page at its section."""
+  commands = _learners_commands()
+  [install] = [c for c in commands if c[:2] == ["pip", "install"]]
+  [open_lab] = [c for c in commands if c[:2] == ["jupyter", "lab"]]
+  assert zip_file.name in install[2:], install
+  notebook = Path(open_lab[2]).stem
+  doc = next(d for d, nb in sorted(_chapters().items()) if nb == notebook)
+  downloads = tmp_path / "downloads"
+  downloads.mkdir()
+  saved = _in_browser(lambda context: _download(context.new_page(), site, doc))
+  (downloads / f"{notebook}.ipynb").write_text(saved)
+  links = _links(json.loads(saved))
+  assert links and all(link.startswith(f"{site}book/") for link in links), links
+
+  env = learner / "env"
+  frozen = _run(sys.executable, "-m", "pip", "freeze", "--exclude-editable").stdout
+  (tmp_path / "constraints.txt").write_text(frozen)
+  _pip(env, "install", "-c", tmp_path / "constraints.txt",
+       *(name for name in install[2:] if name != zip_file.name))
+
+  activated = {k: v for k, v in _clean_env().items() if not k.startswith(("JUPYTER", "PYTEST"))}
+  activated.update(VIRTUAL_ENV=str(env), PATH=f"{env / 'bin'}{os.pathsep}{activated['PATH']}",
+                   JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
+                   JUPYTER_CONFIG_DIR=str(tmp_path / "config"))
+  assert Path(shutil.which("jupyter", path=activated["PATH"])).parent == env / "bin"
+  with _lab(open_lab, tmp_path, cwd=downloads, env=activated) as lab:
+    url, found = _in_browser(_click_in_lab, lab, notebook)
+  assert url == links[0] and found, url

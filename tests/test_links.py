@@ -5,10 +5,10 @@ notebooks, in headless chromium, each to a page that has its #anchor.
   site's exercises/ folder, where the site serves the notebooks beside book/.
 * Downloaded from the site: the chapter's download link rewrites them, as it
   downloads, to the site's absolute addresses (book/_static/autodidax.js).
-* Downloaded, then opened in JupyterLab in a folder outside the repository (as
-  after `pip install autodidax-course.zip`; the lab is the repository's, with
-  an environment that points nowhere into it): the lab shows the absolute links
-  as they are, and a click opens the site's page in a new tab.
+* Downloaded, then opened in the JupyterLab of a learner who installed the
+  site's zip in a fresh environment outside the repository, as
+  book/running_exercises.md says: tests/test_install.py, which builds that
+  environment, uses this module's site, download and lab helpers.
 * Under `make lab`: the lab serves the built book itself and shows the links
   there (exercises/coursekit/lab.py); each page is fetched from the lab, and a
   click opens one in a new tab.
@@ -25,7 +25,6 @@ import http.server
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import threading
@@ -110,6 +109,14 @@ def site(build):
   server.shutdown()
 
 
+def _download(page, site, doc) -> str:
+  """The notebook that the chapter `doc`'s download link saves, as text."""
+  page.goto(urljoin(site, f"{doc}.html"), wait_until="load")
+  with page.expect_download() as download:
+    page.click("a.adx-notebook")
+  return Path(download.value.path()).read_text()
+
+
 def _visit_site(context, site):
   """For each chapter: the links of its notebook as the site serves it, resolved
   from the notebook's address; the notebook its download link saves; and the links
@@ -119,10 +126,7 @@ def _visit_site(context, site):
     served = json.loads((HTML / "exercises" / f"{notebook}.ipynb").read_text())
     on_site = [urljoin(urljoin(site, f"exercises/{notebook}.ipynb"), rel)
                for rel in _links(served)]
-    page.goto(urljoin(site, f"{doc}.html"), wait_until="load")
-    with page.expect_download() as download:
-      page.click("a.adx-notebook")
-    saved = Path(download.value.path()).read_text()
+    saved = _download(page, site, doc)
     out[notebook] = dict(served=served, on_site=on_site, saved=saved,
                          missing=_missing_anchors(page, on_site))
   return out
@@ -236,22 +240,6 @@ def test_under_make_lab_the_links_open_the_built_book(build, tmp_path):
     assert not _missing_over_http(every)
     url, found = _in_browser(_click_in_lab, lab, notebooks[0])
   assert url == every[0] and found, url
-
-
-def test_a_downloaded_notebook_in_a_lab_outside_the_repository(visited, site, tmp_path):
-  """The downloaded notebook, opened in JupyterLab in a folder of its own with an
-  environment that points nowhere into the repository (as after `pip install` of the
-  zip): a click on a book link opens the site's page at its section."""
-  notebook = sorted(visited)[0]
-  home = tmp_path / "downloads"
-  home.mkdir()
-  (home / f"{notebook}.ipynb").write_text(visited[notebook]["saved"])
-  env = {k: v for k, v in _env(tmp_path).items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
-  jupyter = shutil.which("jupyter", path=str(ROOT / ".venv" / "bin")) or "jupyter"
-  with _lab([jupyter, "lab", str(home)], tmp_path, cwd=home, env=env) as lab:
-    assert _shown(lab, notebook) == visited[notebook]["on_site"]
-    url, found = _in_browser(_click_in_lab, lab, notebook)
-  assert url == visited[notebook]["on_site"][0] and found, url
 
 
 # --- Where no site can be reached -------------------------------------------------------------
