@@ -537,6 +537,12 @@ TYPE_CASES = {
     "reshape flat": (lambda L: lambda x: x.reshape(128), [(X16, 1, ("data",))]),
     "concatenate 0": (lambda L: lambda x: L.np.concatenate([x, x], 0), [(X8, 2, ("a", "b"))]),
     "concatenate 1": (lambda L: lambda x: L.np.concatenate([x, x], 1), [(X8, 2, ("a", "b"))]),
+    "concatenate with a host constant": (
+        lambda L: lambda x: L.np.concatenate([x, np.ones((8, 4), np.float32)], 0),
+        [(X8, 2, ("a", "b"))]),
+    "cond, a branch returning a host constant": (
+        lambda L: lambda x: L.lax.cond(True, lambda x: x, lambda x: X8, x),
+        [(X8, 2, ("a", "b"))]),
     "scan": (lambda L: lambda x: L.lax.scan(lambda c, _: (L.np.sin(c), None), x, None,
                                             length=3)[0], [(X8, 2, ("a", "b"))]),
     "cond": (lambda L: lambda x: L.lax.cond(True, L.np.sin, L.np.cos, x),
@@ -552,6 +558,11 @@ TYPE_CASES = {
                          [(X16, 1, ("data",))]),
     "dot with out_sharding": (lambda L: lambda x, w: L.np.dot(x, w, out_sharding=L.ns(
         L.m2, ("a", None))), [(X8, 2, ("a", "b")), (f32(4, 6), 2, ("b",))]),
+    "einsum with out_sharding": (lambda L: lambda x, w: L.np.einsum(
+        "ij,jk->ki", x, w, out_sharding=L.ns(L.m2, (None, "a"))),
+        [(X8, 2, ("a", "b")), (f32(4, 6), 2, ("b",))]),
+    "einsum": (lambda L: lambda x, w: L.np.einsum("ij,jk->ki", x, w),
+               [(X8, 2, ("a",)), (f32(4, 6), 2, (None, "b"))]),
     "reshape with out_sharding": (lambda L: lambda x: L.np.reshape(
         x, (8, 16), out_sharding=L.ns(L.m1, ("data",))), [(X16, 1, ("data",))]),
 }
@@ -600,6 +611,12 @@ ERROR_CASES = {
                                [(X8, 2, ("a", "b")), (X8, 2, ("b", "a"))], "reshard"),
     "reshape that scatters a split dimension": (
         lambda L: lambda x: x.reshape(8, 16), [(X16, 1, ("data",))], "out_sharding"),
+    "concatenate of operands laid out differently": (
+        lambda L: lambda x, y: L.np.concatenate([x, y], 1),
+        [(X8, 2, ("a", "b")), (X8, 2, ())], "sharding.reshard"),
+    "cond branches laid out differently": (
+        lambda L: lambda x: L.lax.cond(True, lambda x: x, lambda x: L.reshard(x, L.m2, ()), x),
+        [(X8, 2, ("a", "b"))], "reshard"),
     "a scan carry whose sharding changes": (
         lambda L: lambda x: L.lax.scan(lambda c, _: (L.reshard(c, L.m1, (None, "data")), None),
                                        x, None, length=2)[0], [(X16, 1, ("data",))], "carry"),

@@ -154,7 +154,14 @@ def _transpose_rule(x, *, permutation):
 
 
 def _concatenate_rule(*xs, dimension):
-  return elementwise_rule(lax.concatenate_p)(*xs)
+  """The operands on the mesh must be laid out alike (JAX's rule), and so is
+  the result; host constants fit any layout."""
+  layouts = {spec_of(x) for x in xs if x.sharding is not None}
+  if len(layouts) > 1:
+    raise ShardingTypeError(
+        f"concatenate: all operands should have the same sharding, got {_type_text(xs)}. "
+        "Reshard them alike first (sharding.reshard).")
+  return _check_distinct(lax.concatenate_p, layouts.pop())
 
 
 def _unsplit_dims_rule(prim, changed):
