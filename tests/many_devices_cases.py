@@ -537,6 +537,12 @@ TYPE_CASES = {
     "reshape flat": (lambda L: lambda x: x.reshape(128), [(X16, 1, ("data",))]),
     "concatenate 0": (lambda L: lambda x: L.np.concatenate([x, x], 0), [(X8, 2, ("a", "b"))]),
     "concatenate 1": (lambda L: lambda x: L.np.concatenate([x, x], 1), [(X8, 2, ("a", "b"))]),
+    "concatenate with a host constant": (
+        lambda L: lambda x: L.np.concatenate([x, np.ones((8, 4), np.float32)], 0),
+        [(X8, 2, ("a", "b"))]),
+    "cond, a branch returning a host constant": (
+        lambda L: lambda x: L.lax.cond(True, lambda x: x, lambda x: X8, x),
+        [(X8, 2, ("a", "b"))]),
     "scan": (lambda L: lambda x: L.lax.scan(lambda c, _: (L.np.sin(c), None), x, None,
                                             length=3)[0], [(X8, 2, ("a", "b"))]),
     "cond": (lambda L: lambda x: L.lax.cond(True, L.np.sin, L.np.cos, x),
@@ -552,6 +558,11 @@ TYPE_CASES = {
                          [(X16, 1, ("data",))]),
     "dot with out_sharding": (lambda L: lambda x, w: L.np.dot(x, w, out_sharding=L.ns(
         L.m2, ("a", None))), [(X8, 2, ("a", "b")), (f32(4, 6), 2, ("b",))]),
+    "einsum with out_sharding": (lambda L: lambda x, w: L.np.einsum(
+        "ij,jk->ki", x, w, out_sharding=L.ns(L.m2, (None, "a"))),
+        [(X8, 2, ("a", "b")), (f32(4, 6), 2, ("b",))]),
+    "einsum": (lambda L: lambda x, w: L.np.einsum("ij,jk->ki", x, w),
+               [(X8, 2, ("a",)), (f32(4, 6), 2, (None, "b"))]),
     "reshape with out_sharding": (lambda L: lambda x: L.np.reshape(
         x, (8, 16), out_sharding=L.ns(L.m1, ("data",))), [(X16, 1, ("data",))]),
 }
@@ -600,6 +611,12 @@ ERROR_CASES = {
                                [(X8, 2, ("a", "b")), (X8, 2, ("b", "a"))], "reshard"),
     "reshape that scatters a split dimension": (
         lambda L: lambda x: x.reshape(8, 16), [(X16, 1, ("data",))], "out_sharding"),
+    "concatenate of operands laid out differently": (
+        lambda L: lambda x, y: L.np.concatenate([x, y], 1),
+        [(X8, 2, ("a", "b")), (X8, 2, ())], "sharding.reshard"),
+    "cond branches laid out differently": (
+        lambda L: lambda x: L.lax.cond(True, lambda x: x, lambda x: L.reshard(x, L.m2, ()), x),
+        [(X8, 2, ("a", "b"))], "reshard"),
     "a scan carry whose sharding changes": (
         lambda L: lambda x: L.lax.scan(lambda c, _: (L.reshard(c, L.m1, (None, "data")), None),
                                        x, None, length=2)[0], [(X16, 1, ("data",))], "carry"),
@@ -628,6 +645,93 @@ def explicit_errors_like_jax():
     assert "Sharding rule for 'sin'" in str(e), e
   else:
     raise AssertionError("a missing sharding rule raised nothing")
+
+
+def _outcome(f):
+  """The text of f()'s type, or the name of the error it raised."""
+  try:
+    return str(f())
+  except Exception as e:  # noqa: BLE001
+    return type(e).__name__
+
+
+@case
+def dot_general_types_like_jax():
+  """Every layout of a matrix product, a batched one and an outer product
+  on the 4 x 2 mesh (each operand's dimensions cut by no axis, "a" or "b"):
+  the result's type, or the error, as JAX's sharding rule gives it."""
+  import itertools
+  products = [((8, 8), (8, 16), (((1,), (0,)), ((), ()))),
+              ((4, 8, 8), (4, 8, 8), (((2,), (1,)), ((0,), (0,)))),
+              ((8,), (16,), (((), ()), ((), ())))]
+  wrong, outcomes = [], set()
+  for xshape, yshape, dn in products:
+    specs = [[s for s in itertools.product((None, "a", "b"), repeat=len(shape))
+              if len({a for a in s if a}) == len([a for a in s if a])]
+             for shape in (xshape, yshape)]
+    for xspec, yspec in itertools.product(*specs):
+      got = []
+      for L in (EO, ET):
+        x, y = (put(L, L.m2, np.ones(shape, np.float32), spec)
+                for shape, spec in ((xshape, xspec), (yshape, yspec)))
+        got.append(_outcome(lambda: L.typeof(L.lax.dot_general(x, y, dn))))
+      outcomes.add(got[1])
+      if got[0] != got[1]:
+        wrong.append(f"{xshape} cut by {xspec} . {yshape} cut by {yspec}: ours {got[0]}, "
+                     f"JAX {got[1]}")
+  assert not wrong, "\n".join(wrong[:10])
+  assert "ShardingTypeError" in outcomes and len(outcomes) > 10, outcomes
+
+
+@case
+def shard_map_takes_only_arguments_cut_as_in_specs():
+  """On a mesh of Explicit axes, an argument whose type's sharding isn't its
+  in_spec is refused (a NumPy array's is whole), outside jit and inside; on
+  Auto axes, it is laid out as in_specs say."""
+  x = f32(16, 4)
+  cases = [  # (mesh, the argument's layout: None for a NumPy array, in_spec)
+      ("m1", None, ("data",)), ("m1", None, ()), ("m1", None, (None,)),
+      ("m1", ("data",), ("data",)), ("m1", ("data",), ()), ("m1", ("data",), ("data", None)),
+      ("m1", ("data",), (None, "data")), ("m2", None, ("a", "b")), ("m2", ("a",), ("a", "b")),
+      ("m2", ("a",), ("a",)), ("m2", ("b", "a"), ("b", "a")), ("auto", None, ("data",)),
+      ("auto", ("data",), ())]
+  wrong = []
+  for mesh, layout, spec in cases:
+    got = []
+    for L in (EO, ET):
+      m = (getattr(L, mesh) if mesh != "auto" else
+           adx.make_mesh((8,), ("data",), axis_types=(adx.sharding.AxisType.Auto,)) if L is EO
+           else jax.make_mesh((8,), ("data",), axis_types=(AUTO,)))
+      arg = put(L, m, x, layout)
+      f = L.shard_map(lambda v: v * 2., mesh=m, in_specs=L.P(*spec), out_specs=L.P(*spec))
+      got.append((_outcome(lambda: jtype(L.typeof(f(arg)))),
+                  _outcome(lambda: jtype(L.typeof(L.jit(f)(arg))))))
+    if got[0] != got[1]:
+      wrong.append(f"{mesh}, argument cut by {layout}, in_specs {spec}: ours {got[0]}, "
+                   f"JAX {got[1]}")
+  assert not wrong, "\n".join(wrong)
+  try:
+    adx.shard_map(lambda v: v, mesh=E1, in_specs=P("data"), out_specs=P("data"))(x)
+  except ValueError as e:
+    assert str(e).startswith("in_specs passed to shard_map: P('data', None) does not match "
+                             "the specs of the input: P(None, None) for arg: float32[16,4]"), e
+    assert "reshard" in str(e) and "device_put" in str(e), e
+  else:
+    raise AssertionError("a NumPy argument with in_specs P('data') was taken")
+
+
+@case
+def types_print_as_jax_prints_them():
+  seen = []
+  for L in (EO, ET):
+    x = put(L, L.m2, X8, ("a", "b"))
+    types = [L.typeof(x), L.typeof(put(L, L.m2, X8, (("a", "b"),))),
+             L.typeof(put(L, L.m2, X8, ("b",))), L.typeof(np.ones(3, np.float32)),
+             L.typeof(np.int32(3))]
+    L.shard_map(lambda a: types.extend([L.typeof(a), L.typeof(a.sum())]) or a, mesh=L.m2,
+                in_specs=L.P("a", "b"), out_specs=L.P("a", "b"))(x)
+    seen.append([(str(t), repr(t)) for t in types])
+  assert seen[0] == seen[1], seen
 
 
 def vma_body(L, seen):

@@ -379,7 +379,8 @@ def test_a_shard_map_body_writes_a_replicated_ref():
     body = lambda y: (r.__setitem__(..., r[...] + 1.), y * 2.)[1]
     out = adx.shard_map(body, mesh=mesh, in_specs=P("i"), out_specs=P("i"))(x)
     return out, r[...]
-  out, r = adx.jit(f)(np.arange(n, dtype=np.float32))
+  x = adx.device_put(np.arange(n, dtype=np.float32), adx.sharding.NamedSharding(mesh, P("i")))
+  out, r = adx.jit(f)(x)
   np.testing.assert_allclose(out, np.arange(n) * 2.)
   np.testing.assert_allclose(r, np.ones(3))
 

@@ -238,9 +238,10 @@ def test_shard_map_on_a_one_device_mesh():
   f = adx.shard_map(lambda x: lax.psum(x * 2., "data") + lax.axis_index("data"), mesh=mesh,
                     in_specs=adx.P("data"), out_specs=adx.P("data"))
   x = np.arange(4.)
-  np.testing.assert_allclose(f(x), 2 * x)
-  np.testing.assert_allclose(adx.grad(lambda v: f(v).sum())(x), 2 * np.ones(4))
-  assert adx.flops(f)(x).total == 8   # a multiply and an add per element, one device
+  xs = adx.device_put(x, adx.sharding.NamedSharding(mesh, adx.P("data")))
+  np.testing.assert_allclose(f(xs), 2 * x)
+  np.testing.assert_allclose(adx.grad(lambda v: f(v).sum())(xs), 2 * np.ones(4))
+  assert adx.flops(f)(xs).total == 8   # a multiply and an add per element, one device
 
 
 # --- Pictures -------------------------------------------------------------------------------------

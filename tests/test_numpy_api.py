@@ -476,3 +476,22 @@ def test_api_options():
 def test_flops_counts_the_new_primitives():
   f = lambda x: (anp.cumsum(x) + nn.softmax(x) + x[1:].sum() + anp.prod(x) + x ** 3).sum()
   assert int(adx.flops(f)(np.ones(4))) > 0
+
+
+@pytest.mark.parametrize("subscripts,shapes", [
+    ("ij,jk->ik", [(3, 4), (4, 5)]), ("ij,jk", [(3, 4), (4, 5)]),
+    ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]), ("ij->ji", [(3, 4)]), ("ij->", [(3, 4)]),
+    ("i,j->ij", [(3,), (4,)]), ("ijk,kl->lj", [(2, 3, 4), (4, 5)]),
+    ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 5)]), ("ab,cd->", [(2, 3), (4, 5)]),
+    ("bij,jk->bki", [(2, 3, 4), (4, 5)])])
+def test_einsum_as_numpy_and_jax(subscripts, shapes):
+  xs = [np.random.default_rng(0).normal(size=s).astype(np.float32) for s in shapes]
+  want = jnp.einsum(subscripts, *xs)
+  for got in (anp.einsum(subscripts, *xs), adx.jit(lambda *a: anp.einsum(subscripts, *a))(*xs)):
+    assert got.dtype == want.dtype
+    np.testing.assert_allclose(got, np.einsum(subscripts, *xs), rtol=1e-5, atol=1e-5)
+
+
+def test_einsum_says_what_it_leaves_out():
+  with pytest.raises(NotImplementedError, match="no '...', traces or diagonals"):
+    anp.einsum("ii->i", np.ones((2, 2)))

@@ -429,7 +429,7 @@ def test_trace_prints_calls_and_returns(capsys):
 
   adx.jit(outer, static_argnums=1)(2., 10.)
   out = capsys.readouterr().out
-  assert "call outer(Traced<ShapedArray(f64[], weak_type=True)>with<DynamicJaxprTrace level=1>, 10.0)" in out
+  assert "call outer(Traced<ShapedArray(float64[], weak_type=True)>with<DynamicJaxprTrace level=1>, 10.0)" in out
 
 
 def test_trace_restores_indentation_after_an_exception(capsys, make):

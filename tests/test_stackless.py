@@ -479,10 +479,13 @@ def test_shard_map_under_each_stackless_transformation():
   f = adx.shard_map(lambda x: lax.psum(x * 2., "data") + lax.axis_index("data"),
                     mesh=mesh, in_specs=adx.P("data"), out_specs=adx.P("data"))
   x = np.arange(4.)
-  np.testing.assert_allclose(sl.jit(f)(x), 2 * x)
-  np.testing.assert_allclose(sl.grad(lambda v: f(v).sum())(x), 2 * np.ones(4))
-  np.testing.assert_allclose(sl.jvp(f, (x,), (x,))[1], 2 * x)
-  np.testing.assert_allclose(sl.vmap(f)(np.stack([x, -x])), np.stack([2 * x, -2 * x]))
+  on_mesh = lambda v, *spec: adx.device_put(v, adx.sharding.NamedSharding(mesh, adx.P(*spec)))
+  xs = on_mesh(x, "data")   # the mesh's axis is Explicit: the input's type says its split
+  np.testing.assert_allclose(sl.jit(f)(xs), 2 * x)
+  np.testing.assert_allclose(sl.grad(lambda v: f(v).sum())(xs), 2 * np.ones(4))
+  np.testing.assert_allclose(sl.jvp(f, (xs,), (xs,))[1], 2 * x)
+  np.testing.assert_allclose(sl.vmap(f)(on_mesh(np.stack([x, -x]), None, "data")),
+                             np.stack([2 * x, -2 * x]))
 
 
 def test_custom_vjp_bwd_calling_stackless_vjp():

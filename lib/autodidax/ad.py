@@ -445,7 +445,12 @@ transpose_rules[neg_p] = lambda ct, x: [lax.neg(ct)]
 
 
 def _reduce_sum_transpose(ct, x, *, axes):
-  return [lax.broadcast(ct, x.aval.shape, axes)]
+  out = lax.broadcast(ct, x.aval.shape, axes)
+  want = getattr(x.aval, "sharding", None)   # on Explicit axes: the primal's layout
+  if want is not None and getattr(out, "aval", None) is not None and out.aval.sharding != want:
+    from .sharding import reshard   # (sharding imports this module)
+    out = reshard(out, want)
+  return [out]
 
 
 def _broadcast_transpose(ct, x, *, shape, axes):

@@ -14,7 +14,7 @@ import numpy as np
 
 from . import lax
 from .core import (RuleTable, ShapedArray, Trace, Tracer, check_live, current_design,
-                   full_lower, full_raise, get_aval, levels, new_main)
+                   full_lower, full_raise, get_aval, levels, new_main, raise_to_shaped)
 from .lax import (binary_primitives, broadcast_p, convert_element_type_p,
                   reduce_max_p, reduce_sum_p, reshape_p, transpose_p,
                   unary_primitives)
@@ -32,9 +32,17 @@ not_mapped = NotMapped()
 
 
 def mapped_aval(batch_dim: int, aval) -> ShapedArray:
-  """The type of one element of the batch: `aval` without its batch axis."""
-  return ShapedArray(aval.shape[:batch_dim] + aval.shape[batch_dim + 1:], aval.dtype,
-                     aval.weak_type)
+  """The type of one element of the batch: `aval` without its batch axis
+  (in its shape, and in its sharding on a mesh of Explicit axes)."""
+  shape = aval.shape[:batch_dim] + aval.shape[batch_dim + 1:]
+  if not isinstance(aval, ShapedArray):
+    return ShapedArray(shape, aval.dtype, aval.weak_type)
+  sharding = aval.sharding
+  if sharding is not None:
+    spec = list(sharding.spec.padded(aval.ndim))
+    del spec[batch_dim]
+    sharding = type(sharding)(sharding.mesh, type(sharding.spec)(*spec))
+  return raise_to_shaped(aval).update(shape=shape, sharding=sharding)
 
 
 def moveaxis(x, src: int, dst: int):

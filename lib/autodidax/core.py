@@ -177,7 +177,8 @@ class ShapedArray:
   ndim = property(lambda self: len(self.shape))
   size = property(lambda self: int(np.prod(self.shape, dtype=int)))
 
-  def str_short(self) -> str:
+  def str_short(self, short_dtypes: bool = True) -> str:
+    """`f32[16@data,4]` as in jaxprs; with short_dtypes=False, `float32[16@data,4]`."""
     dims = list(map(str, self.shape))
     if self.sharding is not None:   # `16@data`: the mesh axes splitting a dimension
       for d, axes in enumerate(self.sharding.spec.normalized(self.ndim)):
@@ -185,7 +186,8 @@ class ShapedArray:
           dims[d] += "@" + (axes[0] if len(axes) == 1 else f"({','.join(axes)})")
     vma = sorted(self.vma)
     vma = "" if not vma else "{V:" + (vma[0] if len(vma) == 1 else f"({','.join(vma)})") + "}"
-    return f"{dtype_short(self.dtype)}[{','.join(dims)}]{vma}"
+    dtype = dtype_short(self.dtype) if short_dtypes else self.dtype.name
+    return f"{dtype}[{','.join(dims)}]{vma}"
 
   def update(self, shape=None, dtype=None, weak_type=None, sharding=_keep,
              vma=None) -> "ShapedArray":
@@ -206,9 +208,12 @@ class ShapedArray:
             and self.dtype == other.dtype and self.weak_type == other.weak_type
             and self.sharding == other.sharding and self.vma == other.vma)
 
+  def __str__(self):   # as JAX's: `float32[16@data,4]`, `~float32[]` when weak
+    return ("~" if self.weak_type else "") + self.str_short(short_dtypes=False)
+
   def __repr__(self):
     weak = ", weak_type=True" if self.weak_type else ""
-    return f"ShapedArray({self.str_short()}{weak})"
+    return f"ShapedArray({self.str_short(short_dtypes=False)}{weak})"
 
 
 class ConcreteArray(ShapedArray):

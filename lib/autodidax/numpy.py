@@ -696,6 +696,53 @@ def matmul(a, b, *, out_sharding=None):
   return lax.dot_general(a, b, (((nbatch + 1,), (nbatch,)), (batch, batch)), out_sharding)
 
 
+def einsum(subscripts: str, *operands, out_sharding=None):
+  """Einstein summation, e.g. `einsum("bij,bjk->bik", a, b)`, as sums and
+  `dot_general`s of two operands at a time, then a transpose. `out_sharding`,
+  as in JAX: the sharding of the last product's result on Explicit axes (JAX
+  ignores it without one). (No `...` and no letter twice in one operand:
+  autodidax leaves out traces and diagonals.)"""
+  ins, _, out = subscripts.replace(" ", "").partition("->")
+  ins = ins.split(",")
+  if len(ins) != len(operands) or not operands:
+    raise ValueError(f"einsum: {subscripts!r} names {len(ins)} operands, got {len(operands)}")
+  if not _:   # implicit output: the letters used once, in order
+    letters = "".join(ins)
+    out = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
+  for s, x in zip(ins, operands):
+    if "." in s or len(set(s)) < len(s) or len(s) != _np.ndim(x):
+      raise NotImplementedError(
+          f"einsum: {s!r} for an operand of rank {_np.ndim(x)}: autodidax's einsum takes one "
+          "distinct letter per dimension (no '...', traces or diagonals)")
+
+  def keep_only(x, s, keep):   # sum out the letters no one needs any more
+    axes = tuple(i for i, c in enumerate(s) if c not in keep)
+    return (lax.reduce_sum(x, axes) if axes else x), "".join(c for c in s if c in keep)
+
+  if out_sharding is not None:
+    out_sharding = lax._named(out_sharding, "einsum")
+    spec = out_sharding.spec.padded(len(out))
+  acc, s = keep_only(operands[0], ins[0], set(out) | set("".join(ins[1:])))
+  for k in range(1, len(operands)):
+    later = set(out) | set("".join(ins[k + 1:]))
+    b, sb = keep_only(operands[k], ins[k], later | set(s))
+    acc, b = _promote(acc, b)
+    acc, s = keep_only(acc, s, later | set(sb))
+    batch = [c for c in s if c in sb and c in later]
+    contract = [c for c in s if c in sb and c not in later]
+    dn = (([s.index(c) for c in contract], [sb.index(c) for c in contract]),
+          ([s.index(c) for c in batch], [sb.index(c) for c in batch]))
+    s = "".join(batch) + "".join(c for c in s if c not in sb) + "".join(
+        c for c in sb if c not in s)
+    last = None   # the last product's letters are all the result's: its layout is given
+    if out_sharding is not None and k == len(operands) - 1:
+      last = type(out_sharding)(out_sharding.mesh, type(spec)(*[spec[out.index(c)] for c in s]))
+    acc = lax.dot_general(acc, b, dn, last)
+  acc, s = keep_only(acc, s, set(out))
+  acc = lax.transpose(acc, tuple(s.index(c) for c in out)) if s != out else acc
+  return acc
+
+
 # --- Indexing ------------------------------------------------------------------------------
 
 def _getitem(x, idx):

@@ -29,7 +29,7 @@ from .flop_count import flops_rules
 from .jaxpr import Jaxpr, JaxprEqn, Var, eval_jaxpr
 from .lowering import mlir_type
 from .partial_eval import closed_to_call_jaxpr, trace_to_jaxpr
-from .sharding import Mesh, NamedSharding, P, PartitionSpec, type_sharding
+from .sharding import AxisType, Mesh, NamedSharding, P, PartitionSpec, type_sharding
 from .sharding_rules import KEEP
 from .tree_util import broadcast_prefix, flatten_fun, tree_flatten, tree_unflatten
 from .util import cache_by_jaxpr
@@ -199,17 +199,22 @@ def shard_map(f, *, mesh: Mesh, in_specs, out_specs, check_vma=True):
 
 
 def _check_typed_inputs(specs, avals, mesh):
-  """On Explicit axes, an argument's type says how it is split: the in_spec
-  must say the same (JAX's error; reshard the argument first). Arguments
-  whose type has no sharding (NumPy arrays) are laid out as in_specs say."""
+  """On a mesh whose axes are all Explicit, an argument's type says how it is
+  split, and its in_spec must say the same, as in JAX: shard_map doesn't
+  move data. An argument whose type has no sharding (a NumPy array) is
+  unsplit: only an in_spec that splits nothing takes it."""
+  if not mesh.axis_types or any(t is not AxisType.Explicit for t in mesh.axis_types):
+    return   # Auto axes: the partitioner lays the arguments out as in_specs say
   for s, a in zip(specs, avals):
-    want = type_sharding(NamedSharding(mesh, s))
-    if a.sharding is not None and want is not None and (
-        a.sharding.spec.normalized(a.ndim) != want.spec.normalized(a.ndim)):
+    have = a.sharding.spec if a.sharding is not None else P()
+    if have.normalized(a.ndim) != s.normalized(a.ndim):
       raise ValueError(
-          f"in_specs passed to shard_map: {s!r} does not match the specs of the input: "
-          f"{a.sharding.spec!r} for arg: {a.str_short()}. Reshard the argument first "
-          "(sharding.reshard), or give the in_spec its type says.")
+          f"in_specs passed to shard_map: {s.padded(a.ndim)!r} does not match the specs "
+          f"of the input: {have.padded(a.ndim)!r} for arg: {a}. On a mesh of Explicit axes "
+          "an argument's type says how it is split, and shard_map doesn't move data: "
+          "lay the argument out first with sharding.reshard(x, NamedSharding(mesh, spec)) "
+          "(or device_put(x, NamedSharding(mesh, spec)) for a host array), or give the "
+          "in_spec that its type says.")
 
 
 def _check_out_vma(f, specs, avals, mesh):

@@ -154,7 +154,14 @@ def _transpose_rule(x, *, permutation):
 
 
 def _concatenate_rule(*xs, dimension):
-  return elementwise_rule(lax.concatenate_p)(*xs)
+  """The operands on the mesh must be laid out alike (JAX's rule), and so is
+  the result; host constants fit any layout."""
+  layouts = {spec_of(x) for x in xs if x.sharding is not None}
+  if len(layouts) > 1:
+    raise ShardingTypeError(
+        f"concatenate: all operands should have the same sharding, got {_type_text(xs)}. "
+        "Reshard them alike first (sharding.reshard).")
+  return _check_distinct(lax.concatenate_p, layouts.pop())
 
 
 def _unsplit_dims_rule(prim, changed):
@@ -256,20 +263,22 @@ sharding_rules[lax.reshape_p] = _reshape_rule
 # --- dot_general: batch, free and contracting dimensions -------------------------------------------
 
 def _dot_general_rule(x, y, *, dimension_numbers, out_sharding=None):
-  """Batch dimensions keep their (common) axes and free ones their own. A
-  contracting dimension both operands split leaves each device a partial
-  sum: whether to add them up everywhere (all-reduce) or scatter the sums
-  (reduce-scatter) is a choice the types can't make, so it needs
-  `out_sharding`."""
-  (lc, rc), (lb, rb) = dimension_numbers
-  xs, ys = spec_of(x), spec_of(y)
+  """Batch dimensions keep `x`'s axes and free ones their own. A
+  contracting dimension that one operand cuts is gathered by the
+  partitioner; one that both cut leaves each device a partial sum: whether
+  to add them up everywhere (all-reduce) or scatter the sums (reduce-scatter)
+  is a choice the types can't make, so it needs `out_sharding`."""
   if out_sharding is not None:
     return out_sharding.spec
-  for l, r in zip(lb, rb):
-    if xs[l] != ys[r]:
-      raise ShardingTypeError(
-          f"dot_general: batch dimensions {l} of {x.str_short()} and {r} of "
-          f"{y.str_short()} are split differently ({xs[l]} vs {ys[r]}); reshard one.")
+  (lc, rc), (lb, rb) = dimension_numbers
+  xs, ys = spec_of(x), spec_of(y)
+  for what, pairs in (("batch", zip(lb, rb)), ("contracting", zip(lc, rc))):
+    for l, r in pairs:
+      if xs[l] and ys[r] and xs[l] != ys[r]:
+        raise ShardingTypeError(
+            f"dot_general: {what} dimensions {l} of {x.str_short()} and {r} of "
+            f"{y.str_short()} are cut differently ({as_spec([xs[l]])!r} vs "
+            f"{as_spec([ys[r]])!r}); reshard one like the other.")
   for l, r in zip(lc, rc):
     if xs[l] and ys[r]:
       raise ShardingTypeError(
@@ -277,11 +286,6 @@ def _dot_general_rule(x, y, *, dimension_numbers, out_sharding=None):
           f"({x.str_short()} and {y.str_short()}): each device holds a partial sum, "
           "and how to lay out the result is ambiguous. Pass out_sharding= "
           "(e.g. P(...) inside `with set_mesh(mesh):`).")
-    if xs[l] or ys[r]:
-      raise ShardingTypeError(
-          f"dot_general: contracting dimensions are split on one side only "
-          f"({x.str_short()} and {y.str_short()}); reshard them alike, or pass "
-          "out_sharding=.")
   lf = [d for d in range(x.ndim) if d not in lc and d not in lb]
   rf = [d for d in range(y.ndim) if d not in rc and d not in rb]
   return _check_distinct(lax.dot_general_p,

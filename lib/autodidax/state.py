@@ -28,6 +28,7 @@ class AbstractRef:
   size = property(lambda self: self.inner_aval.size)
   weak_type = property(lambda self: self.inner_aval.weak_type)
   sharding = property(lambda self: self.inner_aval.sharding)
+  vma = property(lambda self: self.inner_aval.vma)
 
   def str_short(self) -> str:
     return f"Ref{{{self.inner_aval.str_short()}}}"

@@ -30,6 +30,12 @@ def _mesh(p, shape, names, axis_types=None):
                 axis_types)
 
 
+def _on(mesh, x, *spec):
+  """`x` on the mesh, cut as `spec` says: on Explicit axes, shard_map takes an
+  argument only if its type's sharding is its in_spec."""
+  return adx.device_put(x, NamedSharding(mesh, P(*spec)))
+
+
 def _collectives(hlo: str) -> list:
   return sorted(set(COLLECTIVE.findall(hlo)))
 
@@ -61,7 +67,7 @@ def probe_M_1(p, psum_transpose):
     for what, f, args in cases:
       p.value(what, p.call(what, f, *args))
     mesh = _mesh(p, (8,), ("i",))
-    u, c = r.normal(size=(16, 2)), r.normal(size=(16, 2))
+    u, c = _on(mesh, r.normal(size=(16, 2)), "i"), _on(mesh, r.normal(size=(16, 2)), "i")
     # (check_vma=False: with vma types, psum of a varying value transposes to
     # a cast, not to the rule of this exercise; see the chapter)
     sm = adx.shard_map(lambda v, k: lax.psum(v * v, "i") * k, mesh=mesh,
@@ -131,7 +137,7 @@ def probe_M_3(p, ring_psum):
       lambda v, k: anp.sum(k * anp.sin(ring_psum(v, "i")))), axis_name="i"), x, c)
   p.value("vmap(grad(...)) through the ring", g)
   line = _mesh(p, (8,), ("i",))
-  u = r.normal(size=(16, 3))
+  u = _on(line, r.normal(size=(16, 3)), "i")
   f = adx.jit(adx.shard_map(lambda v: ring_psum(v, "i"), mesh=line, in_specs=P("i"),
                             out_specs=P("i")))
   with recorded_binds() as names:
@@ -145,7 +151,7 @@ def probe_M_3(p, ring_psum):
     h = adx.shard_map(lambda v, a=axis: ring_psum(v, a), mesh=grid, in_specs=P("data", "model"),
                       out_specs=P("data", "model"))
     p.value(f"a 4 x 2 mesh, a ring along {axis!r}",
-            p.call(f"a ring along {axis!r}", h, r.normal(size=(8, 4))))
+            p.call(f"a ring along {axis!r}", h, _on(grid, r.normal(size=(8, 4)), "data", "model")))
 
 
 def _layer(x, W):
@@ -315,12 +321,21 @@ def probe_M_6(p, dot_general_sharding_rule):
     if len(set(a for a in y_spec if a)) < len([a for a in y_spec if a]):
       y_spec = [None] * (len(ys) - 1) + [y_spec[-1]]
     cases.append((xs, ys, dn, x_spec, y_spec))
-  # One product whose result would have two dimensions cut by one mesh axis, at a place
-  # drawn from the seed: a matrix product or an outer product, over either axis.
-  axis = str(p.rng.choice(["data", "model"]))
+  # Products every seed draws, each over mesh axes drawn from the seed, at places drawn
+  # from it: a result with two dimensions cut by one mesh axis (a matrix or an outer
+  # product); a contracting dimension cut on one side only (x's or y's: allowed), and on
+  # both sides alike (ambiguous); batch dimensions cut differently, and cut in y only
+  # (the result's batch dimension is x's).
+  axis, other = ("data", "model") if p.rng.integers(2) else ("model", "data")
+  mm, bmm = M6_DOTS[0], M6_DOTS[2]
   xs, ys, dn = M6_DOTS[(0, 4)[int(p.rng.integers(2))]]
-  cases.insert(int(p.rng.integers(len(cases) + 1)),
-               (xs, ys, dn, [axis, *[None] * (len(xs) - 1)], [None] * (len(ys) - 1) + [axis]))
+  one_side = ([None, axis], [None, other]) if p.rng.integers(2) else ([other, None], [axis, None])
+  forced = [(xs, ys, dn, [axis, *[None] * (len(xs) - 1)], [None] * (len(ys) - 1) + [axis]),
+            (*mm, *one_side), (*mm, [None, axis], [axis, None]),
+            (*bmm, [axis, None, None], [other, None, None]),
+            (*bmm, [None, None, None], [axis, None, other])]
+  for case in forced:
+    cases.insert(int(p.rng.integers(len(cases) + 1)), case)
   with core.sharding_rules.override(lax.dot_general_p, dot_general_sharding_rule):
     for k, (xs, ys, dn, x_spec, y_spec) in enumerate(cases):
       p.given(x=f"f32{list(xs)} cut by {x_spec}", y=f"f32{list(ys)} cut by {y_spec}",

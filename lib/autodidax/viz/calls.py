@@ -67,7 +67,7 @@ def trace_note(msg: str):
 def trace(name: str):
   """A decorator printing each call of a function and what it returns,
   indented by nesting, with tracers shown as their abstract value and their
-  interpreter, e.g. `Traced<ShapedArray(f64[])>with<JVPTrace level=1>`:
+  interpreter, e.g. `Traced<ShapedArray(float64[])>with<JVPTrace level=1>`:
 
       @viz.trace("multiply_add_impl")
       def multiply_add_impl(x, y, z): ...
