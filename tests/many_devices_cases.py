@@ -10,6 +10,7 @@ or what went wrong}, as its last line.
 """
 import json
 import os
+import re
 import sys
 import traceback
 from pathlib import Path
@@ -565,6 +566,11 @@ TYPE_CASES = {
                [(X8, 2, ("a",)), (f32(4, 6), 2, (None, "b"))]),
     "reshape with out_sharding": (lambda L: lambda x: L.np.reshape(
         x, (8, 16), out_sharding=L.ns(L.m1, ("data",))), [(X16, 1, ("data",))]),
+    "fori_loop from a host array": (lambda L: lambda x: L.lax.fori_loop(
+        0, 3, lambda i, c: c + x, np.zeros((16, 8), np.float32)), [(X16, 1, ("data",))]),
+    "while_loop from a host array": (lambda L: lambda x: L.lax.while_loop(
+        lambda c: c[0] < 3, lambda c: (c[0] + 1, c[1] * x),
+        (np.int32(0), np.ones((16, 8), np.float32))), [(X16, 1, ("data",))]),
 }
 
 
@@ -730,8 +736,17 @@ def types_print_as_jax_prints_them():
              L.typeof(np.int32(3))]
     L.shard_map(lambda a: types.extend([L.typeof(a), L.typeof(a.sum())]) or a, mesh=L.m2,
                 in_specs=L.P("a", "b"), out_specs=L.P("a", "b"))(x)
+    # varying axes print in the mesh's order, here not the alphabet's: as typeof, in a jaxpr
+    mesh = (adx.make_mesh if L is EO else jax.make_mesh)((2, 4), ("b", "a"))
+    f = L.shard_map(lambda a: types.append(L.typeof(a * 2.)) or a * 2., mesh=mesh,
+                    in_specs=L.P("b", "a"), out_specs=L.P("b", "a"))
+    x = put(L, mesh, X8, ("b", "a"))
+    f(x)
+    jaxpr = (adx if L is EO else jax).make_jaxpr(f)(x)
+    types.append(re.search(r"jaxpr=\{ lambda ; \w+:(\S+)\.", str(jaxpr)).group(1))
     seen.append([(str(t), repr(t)) for t in types])
   assert seen[0] == seen[1], seen
+  assert "{V:(b,a)}" in seen[0][-1][0], seen[0][-1]
 
 
 def vma_body(L, seen):

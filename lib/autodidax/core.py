@@ -154,6 +154,29 @@ def dtype_short(dtype) -> str:
   return _DTYPE_SHORT.get(np.dtype(dtype).name, np.dtype(dtype).name)
 
 
+# The order of a mesh's axes, for printing a type's varying axes as JAX does
+# (`{V:(data,model)}`, in mesh order): shard_map pushes its mesh's names while it
+# traces its body, and the jaxpr printer while it prints one.
+_mesh_axis_orders: list = []
+
+
+@contextmanager
+def mesh_axis_order(names):
+  _mesh_axis_orders.append(tuple(names))
+  try:
+    yield
+  finally:
+    _mesh_axis_orders.pop()
+
+
+def order_wrt_mesh(axes, known=None) -> list:
+  """`axes` in the innermost mesh's order; else in the `known` order; else sorted."""
+  for order in reversed(_mesh_axis_orders):
+    if set(axes) <= set(order):
+      return [a for a in order if a in axes]
+  return list(known) if known is not None else sorted(axes)
+
+
 class ShapedArray:
   """The set of all arrays with a given shape and dtype.
 
@@ -171,9 +194,12 @@ class ShapedArray:
     self.dtype = np.dtype(dtype)
     self.weak_type = weak_type
     self.sharding, self.vma = sharding, vma
+    if vma:   # its order, to print it later
+      self.vma_order = tuple(order_wrt_mesh(vma))
     if self.dtype not in dtypes.SUPPORTED:   # e.g. bfloat16: NumPy has none
       raise dtypes.unsupported(self.dtype)
 
+  vma_order = None
   ndim = property(lambda self: len(self.shape))
   size = property(lambda self: int(np.prod(self.shape, dtype=int)))
 
@@ -184,7 +210,7 @@ class ShapedArray:
       for d, axes in enumerate(self.sharding.spec.normalized(self.ndim)):
         if axes:
           dims[d] += "@" + (axes[0] if len(axes) == 1 else f"({','.join(axes)})")
-    vma = sorted(self.vma)
+    vma = order_wrt_mesh(self.vma, self.vma_order)
     vma = "" if not vma else "{V:" + (vma[0] if len(vma) == 1 else f"({','.join(vma)})") + "}"
     dtype = dtype_short(self.dtype) if short_dtypes else self.dtype.name
     return f"{dtype}[{','.join(dims)}]{vma}"

@@ -15,7 +15,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .core import (MissingRuleError, Primitive, ShapedArray, abstract_eval,
-                   get_aval, raise_to_shaped)
+                   get_aval, mesh_axis_order, raise_to_shaped)
 
 
 def as_shaped(aval) -> ShapedArray:
@@ -327,8 +327,10 @@ def pp_eqn(eqn: JaxprEqn, names: VarNames, indent: int = 4) -> str:
   items = eqn_params(eqn)
   if any(has_jaxpr(v) for _, v in items):
     pad = " " * (indent + 2)
-    lines = "\n".join(f"{pad}{k}={pp_param(v, names, indent + 2, len(pad) + len(k) + 1)}"
-                      for k, v in items)
+    mesh = getattr(eqn.params.get("mesh"), "axis_names", ())   # a shard_map's: vma's order
+    with mesh_axis_order(mesh):
+      lines = "\n".join(f"{pad}{k}={pp_param(v, names, indent + 2, len(pad) + len(k) + 1)}"
+                        for k, v in items)
     params = f"[\n{lines}\n{' ' * indent}]"
   else:
     params = " ".join(f"{k}={pp_param(v, names, indent)}" for k, v in items)

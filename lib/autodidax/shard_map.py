@@ -23,8 +23,8 @@ from contextlib import contextmanager
 from . import ad, batching, lax, lowering, parallel, runtime, spmd
 from . import partial_eval as pe
 from .api_util import shaped_abstractify
-from .core import (Primitive, abstract_eval_rules, get_aval, impl_rules, raise_to_shaped,
-                   sharding_rules, vma_rules)
+from .core import (Primitive, abstract_eval_rules, get_aval, impl_rules, mesh_axis_order,
+                   raise_to_shaped, sharding_rules, vma_rules)
 from .flop_count import flops_rules
 from .jaxpr import Jaxpr, JaxprEqn, Var, eval_jaxpr
 from .lowering import mlir_type
@@ -60,7 +60,7 @@ def body_env(mesh: Mesh, check_vma: bool):
   vma tracked if `check_vma`."""
   _checked.append(frozenset(mesh.axis_names) if check_vma else frozenset())
   try:
-    with parallel.extend_axis_env(mesh.shape):
+    with parallel.extend_axis_env(mesh.shape), mesh_axis_order(mesh.axis_names):
       yield
   finally:
     _checked.pop()

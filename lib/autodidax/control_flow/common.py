@@ -10,7 +10,7 @@ from .. import ad, batching, dtypes, lax, lowering
 from ..ad import Zero, instantiate_zeros
 from ..batching import move_batch_axis, not_mapped
 from ..core import (Primitive, ShapedArray, Tracer, abstract_eval_rules, get_aval,
-                    impl_rules)
+                    impl_rules, raise_to_shaped)
 from ..flop_count import flops_rules
 from ..jaxpr import ClosedJaxpr, Jaxpr, Var
 from ..lowering import mlir_type
@@ -244,6 +244,20 @@ def avals_str(avals) -> str:
 
 def same_type(a, b) -> bool:
   return a.shape == b.shape and a.dtype == b.dtype
+
+
+def layout(a):
+  """The mesh axes cutting each dimension on Explicit axes (None off a mesh:
+  a host constant, which fits any layout, as in JAX)."""
+  s = getattr(a, "sharding", None)
+  return s.spec.normalized(a.ndim) if s is not None else None
+
+
+def carry_out(carry, body_out):
+  """A loop's carry as it leaves: an initial value off the mesh takes the body's
+  layout (JAX's loops return the body's types)."""
+  return [raise_to_shaped(a) if layout(a) is not None or layout(b) is None
+          else raise_to_shaped(a).update(sharding=b.sharding) for a, b in zip(carry, body_out)]
 
 
 def weak_fix(in_avals, out_avals):

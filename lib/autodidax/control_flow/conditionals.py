@@ -15,7 +15,7 @@ from ..effects import is_ordered
 from ..jaxpr import Jaxpr, JaxprEqn, Var, eval_jaxpr
 from ..lowering import mlir_type
 from ..tree_util import tree_flatten, tree_unflatten
-from .common import (as_closed, at_axis0, avals_str, clamp, is_float, join_consts,
+from .common import (as_closed, at_axis0, avals_str, clamp, is_float, join_consts, layout,
                      lower_region, nonzero_mask, result_names, return_op, same_type,
                      select_n, trace_flat, trace_tree, zeros_of)
 
@@ -85,13 +85,6 @@ def _bind_cond(index, branches, operands, what, names=None):
   return tree_unflatten(out_trees[0], outs)
 
 
-def _layout(a):
-  """The mesh axes cutting each dimension on Explicit axes (None off a mesh:
-  a host constant, which fits any layout, as in JAX)."""
-  s = getattr(a, "sharding", None)
-  return s.spec.normalized(a.ndim) if s is not None else None
-
-
 def _check_branch_types(outs_avals: list, what: str, names, order):
   for k, avals in enumerate(zip(*outs_avals)):
     if any(not same_type(a, avals[0]) for a in avals):
@@ -100,7 +93,7 @@ def _check_branch_types(outs_avals: list, what: str, names, order):
                       f"differs ({types}). Make the branches agree in shape and dtype "
                       "(a Python scalar is a float64 or int64: convert it, e.g. "
                       "x.dtype.type(0.0)).")
-    if len({_layout(a) for a in avals} - {None}) > 1:   # as JAX: shardings too
+    if len({layout(a) for a in avals} - {None}) > 1:   # as JAX: shardings too
       types = "; ".join(f"{names[i]}: {avals_str(outs_avals[i])}" for i in order)
       raise TypeError(f"{what}: every branch must return the same types, but output {k} "
                       f"is laid out differently ({types}). Reshard it in one branch "

@@ -15,9 +15,9 @@ from ..effects import is_ordered
 from ..jaxpr import Jaxpr, JaxprEqn, Var, eval_jaxpr
 from ..lowering import mlir_type
 from ..tree_util import tree_flatten, tree_unflatten
-from .common import (avals_str, as_closed, convert_leaves, is_float, nonzero_mask,
-                     permute_invars, lower_region, result_names, return_op, same_type, at_axis0, trace_flat,
-                     trace_tree, weak_fix, select_n)
+from .common import (avals_str, as_closed, carry_out, convert_leaves, is_float, layout,
+                     nonzero_mask, permute_invars, lower_region, result_names, return_op,
+                     same_type, at_axis0, trace_flat, trace_tree, weak_fix, select_n)
 
 
 # --- Which carries: the fixpoint every loop rule needs --------------------------------------------
@@ -73,18 +73,12 @@ def _check_carry(what, fn, in_tree, out_tree, in_avals, out_avals, strict=False)
                     f"initial value, {in_tree}, but it returned {out_tree}")
   bad = [i for i, (a, b) in enumerate(zip(in_avals, out_avals))
          if a.shape != b.shape or (a.dtype != b.dtype and (strict or not a.weak_type))
-         or _layout(a) != _layout(b)]
+         or None not in (layout(a), layout(b)) and layout(a) != layout(b)]   # host: any
   if bad:
     raise TypeError(f"{what}: {fn} must return a carry of the same types as the initial "
                     f"value, {avals_str(in_avals)}, but it returned {avals_str(out_avals)}. "
                     "The carry's shapes, dtypes and shardings can't change from one "
                     "iteration to the next.")
-
-
-def _layout(aval):
-  """How Explicit mesh axes split a value (none, for a value without a sharding)."""
-  s = aval.sharding
-  return () if s is None or s.is_fully_replicated else s.spec.normalized(aval.ndim)
 
 
 def fori_loop(lower, upper, body_fun, init_val):
@@ -146,7 +140,7 @@ def _while_abstract_eval(*args, cond_jaxpr, body_jaxpr, cond_nconsts, body_ncons
   p = cond_jaxpr.out_avals
   if len(p) != 1 or p[0].shape != () or p[0].dtype != np.bool_:
     raise TypeError(f"while: cond_jaxpr must return one bool[], got {avals_str(p)}")
-  return [raise_to_shaped(a) for a in carry]
+  return carry_out(carry, outs)
 
 
 impl_rules[while_p] = _while_impl
@@ -436,7 +430,7 @@ def _scan_abstract_eval(*args, jaxpr, num_consts, num_carry, length, reverse):
   if any(not same_type(a, b) for a, b in zip(c_out, carry)):
     raise TypeError(f"scan: the body returns a carry {avals_str(c_out)} but the carry is "
                     f"{avals_str(carry)}; it must keep its type")
-  return ([raise_to_shaped(a) for a in carry] +
+  return (carry_out(carry, c_out) +
           [ShapedArray((length, *a.shape), a.dtype, a.weak_type) for a in outs[num_carry:]])
 
 
