@@ -568,6 +568,8 @@ TYPE_CASES = {
         x, (8, 16), out_sharding=L.ns(L.m1, ("data",))), [(X16, 1, ("data",))]),
     "fori_loop from a host array": (lambda L: lambda x: L.lax.fori_loop(
         0, 3, lambda i, c: c + x, np.zeros((16, 8), np.float32)), [(X16, 1, ("data",))]),
+    "scan's slices and stacked outputs": (lambda L: lambda x: L.lax.scan(
+        lambda c, xi: (c + xi, xi * 2.), x.T[0], x.T), [(X16, 1, ("data",))]),
     "while_loop from a host array": (lambda L: lambda x: L.lax.while_loop(
         lambda c: c[0] < 3, lambda c: (c[0] + 1, c[1] * x),
         (np.int32(0), np.ones((16, 8), np.float32))), [(X16, 1, ("data",))]),

@@ -14,6 +14,7 @@ from ..core import (Primitive, ShapedArray, Tracer, abstract_eval_rules, get_ava
 from ..effects import is_ordered
 from ..jaxpr import Jaxpr, JaxprEqn, Var, eval_jaxpr
 from ..lowering import mlir_type
+from ..sharding import NamedSharding, P
 from ..tree_util import tree_flatten, tree_unflatten
 from .common import (avals_str, as_closed, carry_out, convert_leaves, is_float, layout,
                      nonzero_mask, permute_invars, lower_region, result_names, return_op,
@@ -358,8 +359,7 @@ def scan(f, init, xs, length=None, reverse=False):
   (length,) = lengths
   init_flat, init_tree = tree_flatten(init)
   init_avals = [shaped_abstractify(x) for x in init_flat]
-  x_avals = [shaped_abstractify(x) for x in xs_flat]
-  x_avals = [a.update(shape=a.shape[1:]) for a in x_avals]
+  x_avals = [_unstacked(shaped_abstractify(x)) for x in xs_flat]
 
   pair = []   # the type of f's pair: scan returns the same (as JAX's)
 
@@ -421,7 +421,7 @@ def _scan_abstract_eval(*args, jaxpr, num_consts, num_carry, length, reverse):
   for i, x in enumerate(xs):
     if not x.shape or x.shape[0] != length:
       raise TypeError(f"scan: xs operand {i} is {x.str_short()} but length is {length}")
-  ins = list(consts) + list(carry) + [x.update(shape=x.shape[1:]) for x in xs]
+  ins = list(consts) + list(carry) + [_unstacked(x) for x in xs]
   want = jaxpr.in_avals
   if len(want) != len(ins) or any(not same_type(a, b) for a, b in zip(want, ins)):
     raise TypeError(f"scan: the body takes {avals_str(want)} but gets {avals_str(ins)}")
@@ -430,8 +430,21 @@ def _scan_abstract_eval(*args, jaxpr, num_consts, num_carry, length, reverse):
   if any(not same_type(a, b) for a, b in zip(c_out, carry)):
     raise TypeError(f"scan: the body returns a carry {avals_str(c_out)} but the carry is "
                     f"{avals_str(carry)}; it must keep its type")
-  return (carry_out(carry, c_out) +
-          [ShapedArray((length, *a.shape), a.dtype, a.weak_type) for a in outs[num_carry:]])
+  return carry_out(carry, c_out) + [_stacked(a, length) for a in outs[num_carry:]]
+
+
+def _stacked(y, length):
+  """The type of a scan's stacked outputs: the body's, with a leading dimension that
+  no mesh axis cuts."""
+  s = y.sharding and NamedSharding(y.sharding.mesh, P(None, *y.sharding.spec.padded(y.ndim)))
+  return y.update(shape=(length, *y.shape), sharding=s)
+
+
+def _unstacked(x):
+  """The type of one slice of a scan's `xs`: its leading dimension gone, with its
+  place in the layout."""
+  s = x.sharding and NamedSharding(x.sharding.mesh, P(*x.sharding.spec.padded(x.ndim)[1:]))
+  return x.update(shape=x.shape[1:], sharding=s)
 
 
 impl_rules[scan_p] = _scan_impl
@@ -713,8 +726,7 @@ def _scan_transpose(cts, *args, jaxpr, num_consts, num_carry, length, reverse):
     return ([lax.add(a, b) for a, b in zip(acc, ct_consts)] + ct_carry_new + ct_x)
 
   res_c_avals = [raise_to_shaped(get_aval(c)) for c in res_consts]
-  res_x_avals = [raise_to_shaped(get_aval(x)) for x in res_xs]
-  res_x_avals = [a.update(shape=a.shape[1:]) for a in res_x_avals]
+  res_x_avals = [_unstacked(raise_to_shaped(get_aval(x))) for x in res_xs]
   tj, tc = trace_flat(body_t, [*res_c_avals, *lin_c_avals, *car_avals, *res_x_avals, *y_avals])
   ct_carry = [instantiate_zeros(c) for c in cts[:ncar]]
   ct_ys = [instantiate_zeros(c) for c in cts[ncar:]]
