@@ -147,6 +147,8 @@ CTRL_C_AFTER_FIRST_RECORD = """
 import os, signal, sys
 from coursekit import grade
 from coursekit.gradebook import Gradebook
+signal.signal(signal.SIGINT, signal.default_int_handler)   # as in a terminal: a process
+# started in the background by a shell inherits SIGINT ignored, and Ctrl-C would do nothing
 record = Gradebook.record
 def record_then_ctrl_c(self, *args, **kwargs):
   record(self, *args, **kwargs)

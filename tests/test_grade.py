@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -710,26 +711,31 @@ def test_sandbox_cpu_is_capped_and_counted():
 
 @needs_bwrap
 def test_a_busy_machine_does_not_end_a_run(monkeypatch):
-  """On one CPU shared with two busy loops outside the sandbox, a run of 1 s of CPU time
-  takes longer than its wall-clock bound, yet finishes: its waits for a CPU move the
-  bound (here without the cap, which a machine busier still would reach). A run that
-  sleeps past the bound still ends there."""
+  """On one CPU shared with two busy sandboxes, a run of 1 s of CPU time takes longer
+  than its wall-clock bound, yet finishes: its waits for a CPU move the bound (here
+  without the cap, which a machine busier still would reach). A run that sleeps past
+  the bound still ends there. (The busy loops run in sandboxes, each a cgroup of its
+  own like the run's: plain processes would share one weight with all of this
+  session's, and the run would get most of the CPU.)"""
   monkeypatch.setattr(sandbox, "WAIT_CREDIT", 100)
   sb, _ = run_in_sandbox("pass")
   if sb.mode != "cgroup-v1" or not os.access(sandbox.CGROUP_V1 / "cpuacct", os.W_OK):
     pytest.skip(f"no cgroup cpu controllers here ({sb.mode})")
   mine = os.sched_getaffinity(0)
   os.sched_setaffinity(0, {min(mine)})   # what this process starts shares one CPU
-  busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
   try:
+    busy = [threading.Thread(target=run_in_sandbox, args=("while True: pass",),
+                             kwargs=dict(cpu_seconds=2, timeout=30)) for _ in range(2)]
+    for b in busy:
+      b.start()
+    time.sleep(0.5)
     work = "import time\nt = time.process_time()\nwhile time.process_time() - t < 1: pass"
     _, r = run_in_sandbox(work, timeout=1.5)
-    _, asleep = run_in_sandbox("import time; time.sleep(60)", timeout=1.5)
-  finally:
     for b in busy:
-      b.kill()
-      b.wait()
+      b.join()
+  finally:
     os.sched_setaffinity(0, mine)
+  _, asleep = run_in_sandbox("import time; time.sleep(60)", timeout=1.5)
   assert r.status == "ok" and r.seconds > 1.5, r
   assert asleep.status == "timeout" and asleep.wall and asleep.seconds < 5, asleep
 

@@ -720,7 +720,8 @@ def einsum(subscripts: str, *operands, out_sharding=None):
     return (lax.reduce_sum(x, axes) if axes else x), "".join(c for c in s if c in keep)
 
   if out_sharding is not None:
-    out_sharding = lax._named(out_sharding, "einsum")
+    from .sharding_rules import canonicalize_sharding   # (loaded after this module)
+    out_sharding = canonicalize_sharding(out_sharding, "einsum")
     spec = out_sharding.spec.padded(len(out))
   acc, s = keep_only(operands[0], ins[0], set(out) | set("".join(ins[1:])))
   for k in range(1, len(operands)):
