@@ -208,30 +208,6 @@ def test_the_many_devices_setup_warns_when_xla_came_up_with_too_few(monkeypatch,
 SEEDS = range(1, 51)   # every mistake must fail at each (the grader's seeds are random)
 
 
-def _compile_each_program_once():
-  """In `_mistake_feedback`'s process, XLA compiles each distinct StableHLO module (for one
-  device, or for a mesh) once: a probe at 50 seeds compiles the same programs over and
-  over (shapes don't depend on the seed), and compiling is most of its time. Each call
-  still gets an executable object of its own."""
-  from autodidax import runtime
-  compile, compile_spmd, loaded = runtime.compile, runtime.compile_spmd, {}
-
-  def compile_once(text, platform=None, host_callbacks=(), ordered=False):
-    if host_callbacks or ordered:   # the executable holds these callbacks: compile it afresh
-      return compile(text, platform, host_callbacks, ordered)
-    key = (text, platform or runtime.default_platform())
-    if key not in loaded:
-      loaded[key] = compile(text, key[1])._loaded
-    return runtime.Executable(loaded[key], key[1], ordered)
-
-  def compile_spmd_once(text, devs, platform=None):
-    key = (text, tuple(d.id for d in devs), platform or runtime.default_platform())
-    if key not in loaded:
-      loaded[key] = compile_spmd(text, devs, key[2])._loaded
-    return runtime.SpmdExecutable(loaded[key], devs, key[2])
-  runtime.compile, runtime.compile_spmd = compile_once, compile_spmd_once
-
-
 def _mistake_feedback(part: str) -> list[dict]:
   """Runs in a subprocess: the chapter's reference cells in one namespace, the
   reference's records at every seed of `SEEDS`, then each mistake alone (its
@@ -239,7 +215,9 @@ def _mistake_feedback(part: str) -> list[dict]:
   right answer back). [{exercise, k, new, message, passed, passes_at}]"""
   from coursekit import checks, stubs
   from coursekit import probe as probes
-  _compile_each_program_once()
+  sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
+  import compile_once   # a probe at 50 seeds compiles the same programs over and over
+  compile_once.install()
   nb = stubs.read_source(ROOT / "exercises" / "source" / f"{part}.md")
   os.chdir(ROOT / "exercises")
   ns = {"__name__": "__main__"}
