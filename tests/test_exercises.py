@@ -80,11 +80,6 @@ def _env():
   return env
 
 
-def run(*args, **kw):
-  return subprocess.run([sys.executable, *args], cwd=kw.pop("cwd", ROOT), env=_env(),
-                        capture_output=True, text=True, timeout=1200, **kw)
-
-
 def start(*args, cwd=ROOT, env=None):
   """Start `python *args` in the background; `finish` waits for it."""
   return subprocess.Popen([sys.executable, *args], cwd=cwd, env=env or _env(), text=True,
