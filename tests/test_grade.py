@@ -19,6 +19,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import defaultdict
 from pathlib import Path
 
 import nbformat
@@ -255,7 +256,7 @@ def test_report_says_how_it_graded(runs):
   assert f"<b>seed</b>: {SEED}" in html and "bubblewrap sandbox" in html
   assert "mallory" in html and "its metadata names the student" in html
   assert "Not sandboxed" not in html
-  assert "Near-identical answers" in html and "twin_one (twin_one.ipynb)</td><td>twin_two" in html
+  assert "Near-identical answers" in html and "twin_one (twin_one.ipynb)<br>twin_two (twin_two.ipynb)" in html
   assert "<script" not in html
   proc = runs["procs"]["serial"]
   assert "grading " in proc.stderr and "notebooks" in proc.stderr   # the progress bar
@@ -496,6 +497,78 @@ def test_similarity_ignores_names_comments_and_layout():
   assert similarity.normalize(a) == similarity.normalize(b)
   assert similarity.normalize(a) != similarity.normalize(c)
 
+
+
+def _components(sigs):
+  """The groups by brute force: every pair of answers to one exercise, linked when their
+  similarity reaches the threshold; {members: lowest similarity of its links}."""
+  near = defaultdict(dict)
+  for i, (pa, ea, _, _, a) in enumerate(sigs):
+    for j, (pb, eb, _, _, b) in enumerate(sigs):
+      inter = np.intersect1d(a, b).size
+      sim = inter / max(a.size + b.size - inter, 1)
+      if i != j and (pa, ea) == (pb, eb) and sim >= similarity.THRESHOLD:
+        near[i][j] = sim
+  out = {}
+  for i in range(len(sigs)):
+    group, todo = set(), [i]
+    while todo:
+      k = todo.pop()
+      if k not in group:
+        group.add(k)
+        todo += near[k]
+    if len({sigs[k][2] for k in group}) > 1 and min(group) == i:
+      out[frozenset(f"{sigs[k][2]} ({sigs[k][3]})" for k in group)] = \
+          round(min(near[k][m] for k in group for m in near[k]), 3)
+  return out
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_similarity_groups_are_the_linked_answers(seed):
+  """A group holds exactly the answers that a chain of near pairs links, of more than one
+  student, with the lowest similarity of its links (checked against every pair)."""
+  rng = np.random.default_rng(seed)
+  base = [np.unique(rng.integers(0, 10**6, 60)) for _ in range(3)]
+  sigs = []
+  for k in range(30):   # answers: one of three bases, some with a few 3-grams changed
+    sig = base[rng.integers(3)].copy()
+    sig[rng.choice(sig.size, rng.integers(0, 8), replace=False)] += 1
+    sigs.append(("part1", f"1.{rng.integers(1, 3)}", f"s{rng.integers(12)}", f"n{k}.ipynb",
+                 np.unique(sig)))
+  found = similarity.groups(sigs)
+  assert {frozenset(g["members"]): g["similarity"] for g in found} == _components(sigs)
+  assert all(g["students"] == len({m.split(" (")[0] for m in g["members"]}) for g in found)
+
+
+def test_a_thousand_equal_answers_are_one_group_found_fast(tmp_path):
+  """A class whose answers converge: one group per exercise, not N² / 2 pairs, found
+  without comparing the pairs, and a report that stays small."""
+  sig = np.unique(np.arange(0, 300, 7))
+  sigs = [("part1", ex, f"student{i:04d}", f"student{i:04d}.ipynb", sig.copy())
+          for i in range(1000) for ex in ("1.1", "1.2")]
+  sigs.append(("part1", "1.1", "alone", "alone.ipynb", sig + 1))
+  intersect = similarity.np.intersect1d
+  calls = []
+  similarity.np.intersect1d = lambda *a, **k: calls.append(1) or intersect(*a, **k)
+  try:
+    found = similarity.groups(sigs)
+  finally:
+    similarity.np.intersect1d = intersect
+  assert len(calls) == 1   # the 1.1 answers: two distinct ones, one pair
+  assert [(g["exercise"], g["students"], g["similarity"]) for g in found] == \
+      [("1.1", 1000, 1.0), ("1.2", 1000, 1.0)]
+  rows = [grade.row(grade.Submission(f"student{i:04d}.ipynb", b""), f"student{i:04d}", "part1",
+                    ex, "pass", max_points=1.0) for i in range(3) for ex in ("1.1", "1.2")]
+  report.write_html(rows, grade.load_stubs(), tmp_path / "grades.html", {}, found)
+  html = (tmp_path / "grades.html").read_text()
+  assert "Near-identical answers (2 groups)" in html and "and 999 more</summary>" in html
+  assert len(html) < 200_000
+
+
+def test_one_students_resubmissions_are_no_group():
+  sig = np.arange(0, 300, 7)
+  sigs = [("part1", "1.1", "ann", "ann.ipynb", sig), ("part1", "1.1", "ann", "ann (2).ipynb", sig)]
+  assert similarity.groups(sigs) == []
 
 # --- Finding students and chapters ---------------------------------------------------------------
 

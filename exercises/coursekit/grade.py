@@ -1058,7 +1058,7 @@ def main(argv=None) -> int:
   elapsed = time.monotonic() - t0
 
   rows = report.sort_rows(rows + reused, stubs)
-  similar = similarity.pairs(grader.signatures)
+  similar = similarity.groups(grader.signatures)
   meta = {"seed": seed, "sandbox": mode(),
           "limits": f"{opts.timeout:g} s of CPU time ({WALL_FACTOR * opts.timeout:g} s of "
                     f"wall-clock time), {opts.memory_mib} MiB and {opts.pids} processes per "

@@ -59,6 +59,7 @@ def _labels(rows):
           for (s, p), subs in per.items() for sub in subs}
 
 
+SHOWN_MEMBERS = 4   # a group of near-identical answers with more folds into <details>
 MARKS = {"pass": "pass", "not graded": "n/g"}
 
 
@@ -215,16 +216,23 @@ def write_html(rows, stubs, path: Path, meta=None, similar=()) -> None:
     for sub, s, n in noted:
       h.append(f"<tr><td class='mono'>{_e(sub)}</td><td>{_e(s)}</td><td class='notes'>{_e(n)}</td></tr>")
     h.append("</table>")
-  h.append(f"<h2>Near-identical answers ({len(similar)})</h2>")
-  h.append("<p>Pairs of students whose answers to one exercise are the same once names, "
-           "comments and formatting are normalized: the one kind of copying a sandbox can't "
-           "see. Short answers are left out; a pair is a reason to look, not a verdict.</p>")
+  h.append(f"<h2>Near-identical answers ({len(similar)} groups)</h2>")
+  h.append("<p>Students whose answers to one exercise are the same once names, comments and "
+           "formatting are normalized: the one kind of copying a sandbox can't see. Answers "
+           "near one another form a group; its similarity is the lowest of the pairs that "
+           "joined it. Short answers are left out; a group is a reason to look, not a "
+           "verdict.</p>")
   if similar:
-    h.append("<table><tr><th>part</th><th>exercise</th><th>one</th><th>other</th>"
-             "<th>similarity</th></tr>")
-    for s in similar:
-      h.append(f"<tr><td>{_e(s['part'])}</td><td>{_e(s['exercise'])}</td><td>{_e(s['a'])}</td>"
-               f"<td>{_e(s['b'])}</td><td class='n'>{100 * s['similarity']:.0f}%</td></tr>")
+    h.append("<table><tr><th>part</th><th>exercise</th><th>students</th><th>similarity</th>"
+             "<th>who (submission)</th></tr>")
+    for g in similar:
+      who = "<br>".join(_e(m) for m in g["members"])
+      if len(g["members"]) > SHOWN_MEMBERS:   # a large group folds: the page stays short
+        who = (f"<details><summary>{_e(g['members'][0])} and {len(g['members']) - 1} "
+               f"more</summary>{who}</details>")
+      h.append(f"<tr><td>{_e(g['part'])}</td><td>{_e(g['exercise'])}</td>"
+               f"<td class='n'>{g['students']}</td>"
+               f"<td class='n'>{100 * g['similarity']:.0f}%</td><td class='mono'>{who}</td></tr>")
     h.append("</table>")
   h.append("</body></html>")
   path.write_text("\n".join(h) + "\n", encoding="utf-8", errors="backslashreplace")

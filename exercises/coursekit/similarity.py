@@ -4,10 +4,10 @@ Each answer (the learner's code that the grader runs for one exercise: the
 answer and what it needs, from any of the notebook's cells) is normalized:
 comments, docstrings and formatting go (on its tokens), and every name the
 answer binds itself (functions, arguments, variables) is renamed in order of
-first appearance, so renaming and reformatting change nothing. Pairs of
-submissions from different students whose normalized answers share at least
-`THRESHOLD` of their token 3-grams (Jaccard) are listed. Unanswered stubs (read
-from the syntax tree) and very short answers are left out.
+first appearance, so renaming and reformatting change nothing. Submissions
+from different students whose normalized answers share at least `THRESHOLD`
+of their token 3-grams (Jaccard) are listed, in groups (`groups`). Unanswered
+stubs (read from the syntax tree) and very short answers are left out.
 """
 from __future__ import annotations
 
@@ -120,21 +120,45 @@ def signatures(parsed) -> list[tuple]:
   return out
 
 
-def pairs(sigs: list[tuple], threshold: float = THRESHOLD) -> list[dict]:
-  """[{part, exercise, a, b, similarity}] for near-identical answers of different students."""
-  by_ex = defaultdict(list)
+def groups(sigs: list[tuple], threshold: float = THRESHOLD) -> list[dict]:
+  """[{part, exercise, students, members, similarity}]: the near-identical answers to
+  each exercise, in groups. Two answers whose similarity is at least `threshold` share a
+  group, and so does every answer near either (`members`: "student (submission)", sorted;
+  `similarity`: the lowest of the pairs that joined them). A group of one student's
+  submissions is left out. Identical answers are compared once: a class whose answers
+  converge costs time in its distinct answers, not in its pairs of students, and the
+  report shows one row per group, not the N² / 2 pairs of a thousand equal answers."""
+  by_ex = defaultdict(dict)   # (part, exercise) -> its bytes -> (signature, [(student, label)])
   for part, ex, student, label, sig in sigs:
-    by_ex[part, ex].append((student, label, sig))
+    by_ex[part, ex].setdefault(sig.tobytes(), (sig, []))[1].append((student, label))
   found = []
-  for (part, ex), items in sorted(by_ex.items()):
-    items.sort(key=lambda t: (t[0], t[1]))
-    for i, (sa, la, a) in enumerate(items):   # all pairs: answers are few and short
-      for sb, lb, b in items[i + 1:]:
-        if sa == sb:
-          continue
+  for (part, ex), same in sorted(by_ex.items()):
+    answers = list(same.values())
+    root, low = list(range(len(answers))), [1.0] * len(answers)   # union-find
+    for i, (a, _) in enumerate(answers):   # all pairs of distinct answers: few and short
+      for j in range(i + 1, len(answers)):
+        b = answers[j][0]
         inter = np.intersect1d(a, b, assume_unique=True).size
         sim = inter / max(a.size + b.size - inter, 1)
         if sim >= threshold:
-          found.append({"part": part, "exercise": ex, "a": f"{sa} ({la})", "b": f"{sb} ({lb})",
-                        "similarity": round(sim, 3)})
+          ri, rj = _find(root, i), _find(root, j)
+          root[rj] = ri
+          low[ri] = min(low[ri], low[rj], sim)
+    members = defaultdict(list)
+    for i, (_, who) in enumerate(answers):
+      members[_find(root, i)] += who
+    for r, who in members.items():
+      students = len({student for student, _ in who})
+      if students > 1:
+        found.append({"part": part, "exercise": ex, "students": students,
+                      "similarity": round(low[r], 3),
+                      "members": sorted(f"{s} ({label})" for s, label in who)})
+  found.sort(key=lambda g: (g["part"], g["exercise"], -len(g["members"]), g["members"]))
   return found
+
+
+def _find(root: list, i: int) -> int:
+  while root[i] != i:
+    root[i] = root[root[i]]
+    i = root[i]
+  return i
