@@ -193,7 +193,8 @@ def grading_cluster(ctx) -> Table:
       # the machine lands on each mode alike; a folder (and gradebook) per run: one run's
       # gradebook would spare the next its notebooks.
       rounds, order = ROUNDS.get(n, 1), list(MODES)
-      plan = [(r, m) for r in range(rounds) for m in order[r % len(order):] + order[:r % len(order)]]
+      plan = [(r, m) for r in range(rounds)
+              for m in order[r % len(order):] + order[:r % len(order)]]
       times = {m: [] for m in MODES}
       for r, m in ctx.progress(plan, f"{n} submissions"):
         times[m].append(_grade_cli(folder, Path(tmp) / f"out{n}-{r}-{order.index(m)}", env,
