@@ -5,7 +5,7 @@ e-mail or upload): each exercise's points and, for a failure, its first failing 
 the words of the check cell (`probe.compare`'s verdict, as the grader's row keeps it:
 the case, its seeded inputs, expected against got, the likely cause), the exercise's
 hint and its link to the book, and the notes about that learner's own notebook. A page
-is built from that learner's rows alone, and leaves out review flags, similarity pairs
+is built from that learner's rows alone, and leaves out review flags, similarity groups
 and anything of the reference solution but the values it computed at this run's seed.
 """
 from __future__ import annotations
