@@ -499,6 +499,19 @@ def test_similarity_ignores_names_comments_and_layout():
   assert similarity.normalize(a) != similarity.normalize(c)
 
 
+
+def test_similarity_signatures_are_the_same_in_every_process():
+  """Readers and Dask workers are separate processes, each with its own salt for Python's
+  `hash`: a signature must not depend on it, or copies read by two workers never meet."""
+  code = ("def f(x, y):\n  total = x + y\n  return total * total - x  # 'caf\udce9'\n")
+  prog = ("import sys; from coursekit import similarity; "
+          "print(similarity.signature(sys.stdin.read()).tolist())")
+  got = {subprocess.run([sys.executable, "-c", prog], input=code, text=True, capture_output=True,
+                        errors="surrogateescape", check=True,
+                        env=dict(os.environ, PYTHONHASHSEED=salt)).stdout
+         for salt in ("1", "2", "random")}
+  assert len(got) == 1 and json.loads(got.pop()) == similarity.signature(code).tolist()
+
 def _components(sigs):
   """The groups by brute force: every pair of answers to one exercise, linked when their
   similarity reaches the threshold; {members: lowest similarity of its links}."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import hashlib
 import io
 import tokenize
 from collections import defaultdict
@@ -77,12 +78,19 @@ MAX_TOKENS = 5000   # of one answer (longer ones are compared on their first tok
 
 
 def signature(code: str) -> np.ndarray:
-  """The sorted, unique hashes of an answer's token 3-grams, once normalized."""
+  """The sorted, unique hashes of an answer's token 3-grams, once normalized: the same
+  in every process, since answers read by different readers or Dask workers are compared."""
   toks = normal_tokens(code)[:MAX_TOKENS]
   if len(toks) < MIN_TOKENS:
     return np.zeros(0, np.int64)
-  grams = {hash(tuple(toks[i:i + 3])) for i in range(len(toks) - 2)}
+  grams = {_stable_hash("\0".join(toks[i:i + 3])) for i in range(len(toks) - 2)}
   return np.unique(np.fromiter(grams, np.int64, len(grams)))
+
+
+def _stable_hash(text: str) -> int:
+  """64 bits of BLAKE2b: the same in every process, unlike Python's salted `hash`."""
+  digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+  return int.from_bytes(digest, "little", signed=True)
 
 
 def unanswered(source: str) -> bool:
