@@ -38,6 +38,7 @@ from .core import (ConcretizationError, Primitive, abstract_eval_rules,
                    impl_rules)
 from .flop_count import flops_call_rules, flops_rules
 from .jaxpr import Jaxpr, JaxprEqn, Var, eval_jaxpr
+from .effects import has_effects
 from .tree_util import flatten_fun, tree_flatten, tree_map, tree_unflatten
 from .xla import xla_call_p
 
@@ -355,7 +356,6 @@ def partial_eval_jaxpr_policy(jaxpr, in_unknowns, policy):
 def dce_eqns(eqns, outvars) -> list:
   """The equations that `outvars` depend on (dead code elimination), and
   those with effects."""
-  from .effects import has_effects
   live = {x for x in outvars if type(x) is Var}
   kept = []
   for eqn in reversed(eqns):

@@ -27,12 +27,12 @@ import inspect
 
 import numpy as np
 
-from . import ad, batching, core, lax, lowering
+from . import ad, batching, core, lax, lowering, stackless
 from . import partial_eval as pe
 from .ad import Zero, instantiate_zeros
 from .api_util import shaped_abstractify
 from .batching import batch_jaxpr, named_axis_rule, not_mapped
-from .control_flow.common import at_axis0, avals_str, trace_flat
+from .control_flow.common import at_axis0, avals_str, trace_flat, trace_tree
 from .core import (Primitive, ShapedArray, Tracer, abstract_eval_rules,
                    full_raise, get_aval, impl_rules, raise_to_shaped)
 from .flop_count import flops_call_rules
@@ -158,7 +158,6 @@ class custom_jvp:
 def nothing_is_traced() -> bool:
   """No transformation is running: evaluation is the only interpreter."""
   if core.current_design() is not core.levels:   # JAX today's design
-    from . import stackless
     return stackless.evaluating()
   return core.hooks.quiet() and len(core.trace_stack) == 1
 
@@ -247,7 +246,6 @@ def trace_rule(rule_flat, closure, in_avals, what: str):
   (jaxpr, consts): the jaxpr takes consts, then `closure`, then `args`, so
   every transformation sees those values as the operands they are."""
   if core.current_design() is not core.levels:   # JAX today's design
-    from . import stackless
     return closed_to_call_jaxpr(*stackless.trace_to_jaxpr_reading(
         rule_flat, _avals(closure) + list(in_avals), closure))
   builder = pe.JaxprBuilder()
@@ -951,7 +949,6 @@ def closure_convert(fun, *example_args):
   returns `(converted, hoisted)`, and `converted(*args, *hoisted)` is
   `fun(*args)`. Pass `hoisted` to a custom function explicitly, and its rule
   can give them tangents (a closed-over value can't have one)."""
-  from .control_flow.common import trace_tree
   flat, in_tree = tree_flatten(example_args)
   jaxpr, consts, out_tree = trace_tree(fun, in_tree, [shaped_abstractify(x) for x in flat])
   is_hoisted = [isinstance(c, Tracer) for c in consts]

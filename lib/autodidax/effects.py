@@ -96,10 +96,8 @@ def eqn_effects(eqn) -> frozenset:
 
 
 def _inner_effects(v) -> frozenset:
-  from .jaxpr import ClosedJaxpr, Jaxpr
-  if isinstance(v, ClosedJaxpr):
-    v = v.jaxpr
-  if isinstance(v, Jaxpr):   # a Ref effect names an input of the inner jaxpr:
+  v = getattr(v, "jaxpr", v)   # a ClosedJaxpr's Jaxpr (this module sits below jaxpr's)
+  if hasattr(v, "eqns"):   # a Jaxpr. A Ref effect names an input of the inner jaxpr:
     return frozenset(e for e in v.effects if not isinstance(e, RefEffect))
   if isinstance(v, (tuple, list)):   # cond's branches
     return frozenset().union(*map(_inner_effects, v))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import lax
+from .api import make_jaxpr
 from .core import RuleTable, impl_rules
 from .jaxpr import Jaxpr, Lit
 from .tree_util import tree_flatten
@@ -124,7 +125,6 @@ def flops(f):
   for a matmul, ...). Sub-jaxprs are counted by running them, so a while loop
   with a data-dependent trip count is counted exactly. Returns a FlopCount.
   """
-  from .api import make_jaxpr
 
   def counted(*args):
     closed = make_jaxpr(f)(*args)

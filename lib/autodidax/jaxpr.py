@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .effects import jaxpr_effects
 from .core import (MissingRuleError, Primitive, ShapedArray, abstract_eval,
                    get_aval, mesh_axis_order, raise_to_shaped)
 
@@ -76,7 +77,6 @@ class Jaxpr:
     """What running the jaxpr does besides computing (autodidax.effects)."""
     if self._effects is not None:
       return self._effects
-    from .effects import jaxpr_effects
     return jaxpr_effects(self)
 
   def __repr__(self):
@@ -177,7 +177,6 @@ def typecheck_jaxpr(jaxpr: Jaxpr) -> JaxprType:
 def _check_effects(jaxpr: Jaxpr):
   """Declared effects (autodidax.effects) must cover the equations'."""
   if jaxpr._effects is not None:
-    from .effects import jaxpr_effects
     missing = jaxpr_effects(jaxpr) - jaxpr._effects
     if missing:
       raise JaxprTypeError(f"the equations have effects {sorted(map(repr, missing))} "

@@ -20,6 +20,7 @@ import numpy as np
 
 from . import lax
 from .core import RuleTable, ShapedArray
+from .effects import is_ordered
 from .jaxpr import Jaxpr, Lit
 
 # `rule(ctx, *operands, **params)` emits ops and returns the result name(s).
@@ -248,7 +249,6 @@ def lower_jaxpr(jaxpr: Jaxpr, name: str = "jit_fun") -> str:
 
 def lower_module(jaxpr: Jaxpr, name: str = "jit_fun") -> Module:
   """`lower_jaxpr`'s Module, with the host callbacks its text calls."""
-  from .effects import is_ordered
   module = Module(name)
   module.ordered = is_ordered(jaxpr.effects)
   module.functions.append(lower_function(module, jaxpr, "main", public=True,

@@ -25,8 +25,10 @@ import numpy as np
 
 from . import core, lowering, runtime, xla
 from .core import raise_to_shaped
+from .effects import effect_rules
 from .jaxpr import ClosedJaxpr, Jaxpr
 from .sharding import NamedSharding, P, ShardedArray, reshard_p, shards_for
+from .tree_util import broadcast_prefix, tree_flatten, tree_unflatten
 
 
 # --- Layouts in Shardy's notation ----------------------------------------------------------
@@ -184,7 +186,6 @@ own_dispatch: set = {xla.xla_call_p, reshard_p}   # their impl rules place their
 def mesh_bind(prim, args, params) -> list:
   """An eager op with an operand on many devices: a jit of the primitive
   alone, which runs on the operands' devices (JAX's `apply_primitive`)."""
-  from .effects import effect_rules
   if prim in own_dispatch or prim in effect_rules:
     out = core.impl_rules[prim](*args, **params)
     return out if prim.multiple_results else [out]
@@ -294,7 +295,6 @@ def find_mesh(jaxpr: Jaxpr):
 def specialize(jitted, traced, dyn_args) -> None:
   """Settle the mesh and layouts of one specialization of a jitted function:
   from its shardings, or (with none given) from a shard_map inside it."""
-  from .tree_util import broadcast_prefix, tree_unflatten
   declared = [s for s in (jitted.in_shardings, jitted.out_shardings) if s is not None]
   leaves = [x for tree in declared for x in _leaves(tree)]
   typed = [a.sharding for a in (*traced.jaxpr.in_avals, *traced.jaxpr.out_avals)
@@ -335,7 +335,6 @@ def specialize(jitted, traced, dyn_args) -> None:
 
 
 def _flat(tree) -> list:
-  from .tree_util import tree_flatten
   return tree_flatten(tree)[0]
 
 
