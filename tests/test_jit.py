@@ -584,3 +584,30 @@ def test_unavailable_platform_gives_a_clear_runtime_error():
 def test_non_array_arguments_are_rejected():
   with pytest.raises(TypeError, match="can't treat a value of type str"):
     adx.jit(lambda x: x)("hello")
+
+
+# --- block_until_ready: a pytree of arrays in, the same pytree out --------------------------------
+
+@pytest.mark.parametrize("make", [
+    lambda m: {"a": m.jit(lambda x: x * 2.)(np.arange(3.)), "b": [np.float32(1.), 2, None]},
+    lambda m: (m.jit(lambda x: (x, x + 1.))(np.ones((2, 2))), "text"),
+    lambda m: m.jit(lambda x: x.sum())(np.arange(4.)),
+], ids=["dict", "tuple", "array"])
+def test_block_until_ready_as_jax(make):
+  ours, theirs = make(adx), make(jax)
+  got, want = adx.block_until_ready(ours), jax.block_until_ready(theirs)
+  assert got is ours and want is theirs   # the same object back, as JAX returns it
+  assert jax.tree_util.tree_structure(got) == jax.tree_util.tree_structure(want)
+  for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
+    if isinstance(b, str):
+      assert a == b
+    else:
+      np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6)
+
+
+def test_block_until_ready_waits_on_every_leaf(monkeypatch):
+  waited = []
+  monkeypatch.setattr(xla.Array, "block_until_ready", lambda self: waited.append(self) or self)
+  x = adx.jit(lambda x: (x, x * 3.))(np.arange(2.))
+  adx.block_until_ready({"k": x, "n": np.arange(2.)})
+  assert len(waited) == 2 and all(any(w is leaf for leaf in x) for w in waited)

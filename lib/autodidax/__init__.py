@@ -11,7 +11,7 @@ from .api import (TransformationError, grad, hessian, jacfwd, jacrev, jvp,  # no
                   linearize, make_jaxpr, value_and_grad, vjp, vmap)
 from .core import MissingRuleError, Primitive  # noqa: F401
 from . import lowering, xla  # noqa: F401  (runtime.py imports jax only when used)
-from .xla import Array, jit  # noqa: F401
+from .xla import Array, block_until_ready, jit  # noqa: F401
 from . import control_flow  # noqa: F401
 from .flop_count import flops  # noqa: F401
 
@@ -55,7 +55,7 @@ __all__ = ["jvp", "vmap", "jacfwd", "jacrev", "hessian", "make_jaxpr", "jit", "A
            "Primitive", "closure_convert", "custom_jvp", "custom_vjp", "checkpoint", "remat",
            "checkpoint_policies", "ad_checkpoint", "devices", "make_mesh", "device_put",
            "shard_map", "sharding", "P", "set_mesh", "typeof", "debug", "pure_callback",
-           "io_callback", "ShapeDtypeStruct", "new_ref", "Ref"]
+           "io_callback", "ShapeDtypeStruct", "new_ref", "Ref", "block_until_ready"]
 
 
 def __getattr__(name):   # a JAX name that autodidax leaves out: say so

@@ -93,6 +93,16 @@ class Array:
 array_types.add(Array)
 
 
+def block_until_ready(x):
+  """`x`, once every array in it is computed: a pytree in, the same pytree out,
+  as `jax.block_until_ready`. Leaves that are not device arrays (NumPy arrays,
+  Python numbers) are ready already and pass through."""
+  for leaf in tree_flatten(x)[0]:
+    if hasattr(leaf, "block_until_ready"):
+      leaf.block_until_ready()
+  return x
+
+
 def device_buffer(x, aval, platform):
   """The input handler: a device buffer for `x`, copying only host values."""
   if type(x) is Array and x.platform == platform:
