@@ -8,6 +8,9 @@ import pytest
 
 import autodidax
 
+sys.path.insert(0, str(pathlib.Path(autodidax.__file__).parents[2] / "book" / "_ext"))
+import import_graph as source_graph  # noqa: E402
+
 LIB = pathlib.Path(autodidax.__file__).parent
 MODULES = sorted(LIB.rglob("*.py"))
 ALLOWED = {"runtime.py"}
@@ -195,27 +198,7 @@ def import_graph(sources: dict[str, str], top: str = "autodidax") -> dict[str, s
   return graph
 
 
-def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
-  """One import cycle in `graph` as [a, b, ..., a], or None."""
-  done, on_path = set(), []
-
-  def visit(m):
-    if m in on_path:
-      return on_path[on_path.index(m):] + [m]
-    if m in done:
-      return None
-    on_path.append(m)
-    for dep in sorted(graph.get(m, ())):
-      if cycle := visit(dep):
-        return cycle
-    on_path.pop()
-    done.add(m)
-    return None
-
-  for m in sorted(graph):
-    if cycle := visit(m):
-      return cycle
-  return None
+find_cycle = source_graph.find_cycle   # one cycle finder, shared with the book's map
 
 
 def test_no_import_cycles():
@@ -259,8 +242,6 @@ def test_cycle_detector(files, cycle):
 # still close one; each is to go, and none may be added. When one goes, take it
 # off this list (the test says so).
 
-sys.path.insert(0, str(LIB.parents[1] / "book" / "_ext"))
-import import_graph as source_graph  # noqa: E402
 
 STILL_CLOSING_A_CYCLE = {
     ("ad", "sharding"),                 # _reduce_sum_transpose's reshard
