@@ -162,7 +162,7 @@ def test_a_tracer_at_an_impl_rule_is_not_blamed_on_numpy():
     (x,), (t,) = primals, tangents
     return core.impl_rules[lax.sin_p](x), lax.mul(lax.cos(x), t)
   with ad.jvp_rules.override(lax.sin_p, sin_jvp_that_evaluates):
-    with raises_cleanly(TypeError, "reached NumPy in", "autodidax/lax.py", "bind primitives"):
+    with raises_cleanly(TypeError, "reached NumPy in", "autodidax/primitives.py", "bind primitives"):
       adx.jvp(lambda x: adx.jvp(lax.sin, (x,), (1.,))[1], (1.,), (1.,))
 
 

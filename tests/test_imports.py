@@ -39,7 +39,7 @@ def jax_imports(source: str, filename: str = "<src>") -> list[str]:
 
 def test_found_the_library():
   names = {p.name for p in MODULES}
-  assert {"core.py", "lax.py", "ad.py", "batching.py", "api.py"} <= names
+  assert {"core.py", "primitives.py", "lax.py", "ad.py", "batching.py", "api.py"} <= names
 
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(LIB)))
@@ -244,16 +244,9 @@ def test_cycle_detector(files, cycle):
 
 
 STILL_CLOSING_A_CYCLE = {
-    ("ad", "sharding"),                 # _reduce_sum_transpose's reshard
-    ("lax", "sharding_rules"),          # canonicalize_sharding for out_sharding=
-    ("numpy", "sharding_rules"),        # einsum's out_sharding=
-    ("numpy", "xla"),                   # where as a jit of its own
-    ("sharding", "sharding_rules"),     # reshard's canonicalize_sharding
     ("state", "ad_checkpoint"),         # state's discharge rules for higher-order
-    ("state", "control_flow"),          # primitives, registered in state.py rather
-    ("state", "control_flow.conditionals"),   # than beside each primitive
-    ("state", "control_flow.loops"),
-    ("state", "custom_derivatives"),
+    ("state", "custom_derivatives"),    # primitives, registered in state.py rather
+                                        # than beside each primitive
     ("state", "shard_map"),
     ("state", "sharding"),
     ("state", "xla"),
@@ -297,3 +290,43 @@ def test_deferred_cycle_detector():
   assert set(closing) == {("b", "a")} and closing[("b", "a")].deferred
   assert source_graph.find_cycle(source_graph.graph(
       source_graph.imports(files, "top"), files, "top")) == ["top.a", "top.b", "top.a"]
+
+
+# --- __init__.py files only hand names on (issue 42) ----------------------------------------------
+
+def init_problems(source: str) -> list[str]:
+  """The statements of an __init__.py that do more than hand names on: all but
+  imports, `__all__ = [...]`, a docstring and `def __getattr__`."""
+  bad = []
+  for node in ast.parse(source).body:
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+      continue
+    if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+      continue   # the docstring
+    if (isinstance(node, ast.Assign) and len(node.targets) == 1
+        and getattr(node.targets[0], "id", None) == "__all__"
+        and isinstance(node.value, (ast.List, ast.Tuple))):
+      continue
+    if isinstance(node, ast.FunctionDef) and node.name == "__getattr__":
+      continue
+    bad.append(f"line {node.lineno}: {ast.unparse(node).splitlines()[0]}")
+  return bad
+
+
+INITS = sorted(p for p in LIB.rglob("__init__.py"))
+
+
+@pytest.mark.parametrize("path", INITS, ids=lambda p: str(p.relative_to(LIB)))
+def test_init_only_hands_names_on(path):
+  bad = init_problems(path.read_text())
+  assert not bad, (f"{path.relative_to(LIB)} does more than import and re-export: {bad}. "
+                   "Register rules and set attributes in the module that defines them.")
+
+
+def test_init_detector_catches():
+  assert init_problems('"""doc"""\nfrom . import a\n__all__ = ["a"]\n'
+                       'def __getattr__(n):\n  raise AttributeError(n)\n') == []
+  assert init_problems("for n in ('a',):\n  setattr(lax, n, 1)\n")
+  assert init_problems("core.sharding_rules[p] = rule\n")
+  assert init_problems("lax.pcast = pcast\n")
+  assert init_problems("keep_body_types(cond_p)\n")

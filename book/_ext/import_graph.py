@@ -125,6 +125,8 @@ def find_cycle(g: dict[str, set[str]]) -> list[str] | None:
 def layers(g: dict[str, set[str]]) -> dict[str, int]:
   """Each module's layer: 0 for a module that imports none of the others, else
   one more than the highest layer it imports. Needs an acyclic `g`."""
+  if cycle := find_cycle(g):
+    raise ValueError(f"no layers: the imports go round in a cycle: {' -> '.join(cycle)}")
   level: dict[str, int] = {}
 
   def of(m):

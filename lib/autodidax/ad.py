@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import lax
+from . import primitives as lax
 from .core import (RuleTable, Trace, Tracer, check_live, current_design, full_lower,
                    full_raise, get_aval, levels, new_main, raise_to_shaped)
+from .named_sharding import NamedSharding, P
 from .jaxpr import Jaxpr, Lit, Var, eval_jaxpr
-from .lax import (add_p, broadcast_p, convert_element_type_p, cos_p, div_p,
+from .primitives import (add_p, broadcast_p, convert_element_type_p, cos_p, div_p,
                   exp_p, log_p, max_p, mul_p, neg_p, reduce_max_p, reduce_sum_p,
                   reshape_p, sin_p, sub_p, tanh_p, transpose_p)
 from .partial_eval import closed_to_call_jaxpr, trace_to_jaxpr
@@ -448,8 +449,7 @@ def _reduce_sum_transpose(ct, x, *, axes):
   out = lax.broadcast(ct, x.aval.shape, axes)
   want = getattr(x.aval, "sharding", None)   # on Explicit axes: the primal's layout
   if want is not None and getattr(out, "aval", None) is not None and out.aval.sharding != want:
-    from .sharding import reshard   # (sharding imports this module)
-    out = reshard(out, want)
+    out = lax.reshard_p.bind(out, sharding=want)
   return [out]
 
 
@@ -713,3 +713,65 @@ def _dynamic_update_slice_transpose(ct, x, update, *starts):
 
 transpose_rules[lax.dynamic_slice_p] = _dynamic_slice_transpose
 transpose_rules[lax.dynamic_update_slice_p] = _dynamic_update_slice_transpose
+
+
+# --- Rules of select_n and clamp ---------------------------------------------------------------
+
+def _select_n_jvp(primals, tangents):
+  which, *cases = primals
+  out = lax.select_n(which, *cases)
+  if all(type(t) is Zero for t in tangents[1:]):
+    return out, Zero.from_value(out)
+  return out, lax.select_n(which, *[instantiate_zeros(t) for t in tangents[1:]])
+
+
+def _select_n_transpose(ct, which, *cases):
+  if is_undefined_primal(which):
+    raise ValueError("select_n is not linear in its selector")
+  zeros = np.zeros(np.shape(ct), np.result_type(get_aval(ct).dtype))
+  return [None] + [lax.select_n(which, *[ct if j == i else zeros for j in range(len(cases))])
+                   if is_undefined_primal(c) else None for i, c in enumerate(cases)]
+
+
+def _clamp_jvp(primals, tangents):
+  lo, x, hi = primals
+  out = lax.clamp(lo, x, hi)
+  if np.result_type(get_aval(x).dtype).kind not in "fc":
+    return out, Zero.from_value(out)
+  # Whose tangent each element takes, as JAX's rule: x's strictly inside (at
+  # a bound the slope is 0), lo's where lo > x (and lo < hi), hi's where x > hi.
+  picks = (lax.bitwise_and(lax.greater(lo, x), lax.less(lo, hi)),
+           lax.bitwise_and(lax.greater(x, lo), lax.less(x, hi)),
+           lax.less(hi, x))
+  shape = np.shape(out)
+  full = lambda v: v if np.shape(v) == shape else lax.broadcast(
+      v, shape, range(len(shape)))   # (a scalar bound)
+  zeros = np.zeros(shape, get_aval(out).dtype)
+  t = Zero.from_value(out)
+  for pick, t_dot in zip(picks, tangents):
+    if type(t_dot) is not Zero:
+      t = add_tangents(t, lax.select_n(full(pick), zeros, full(t_dot)))
+  return out, t
+
+
+jvp_rules[lax.select_n_p] = _select_n_jvp
+transpose_rules[lax.select_n_p] = _select_n_transpose
+jvp_rules[lax.clamp_p] = _clamp_jvp
+
+
+# --- Rules of reshard (the chapter Many devices) ------------------------------------------------
+
+def _reshard_jvp(primals, tangents, *, sharding):
+  t = tangents[0]
+  return ([lax.reshard_p.bind(primals[0], sharding=sharding)],
+          [Zero(get_aval(t)) if isinstance(t, Zero) else lax.reshard_p.bind(t, sharding=sharding)])
+
+
+def _reshard_transpose(ct, x, *, sharding):
+  """Back to the operand's layout."""
+  old = x.aval.sharding or NamedSharding(sharding.mesh, P())
+  return [lax.reshard_p.bind(ct, sharding=old)]
+
+
+jvp_rules[lax.reshard_p] = _reshard_jvp
+transpose_rules[lax.reshard_p] = _reshard_transpose

@@ -27,7 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from . import ad, batching, core, lax, lowering
+from . import ad, batching, core, lowering
+from . import primitives as lax
 from . import partial_eval as pe
 from .ad import jvp_jaxpr, transpose_jaxpr
 from .api import linearize_flat
@@ -36,6 +37,7 @@ from .batching import batch_jaxpr
 from .control_flow.common import at_axis0, trace_flat
 from .core import (ConcretizationError, Primitive, abstract_eval_rules,
                    impl_rules)
+from .sharding_rules import keep_body_types, same_as_operand
 from .flop_count import flops_call_rules, flops_rules
 from .jaxpr import Jaxpr, JaxprEqn, Var, eval_jaxpr
 from .effects import has_effects
@@ -273,6 +275,7 @@ def _remat_lowering(ctx, *args, jaxpr, prevent_cse, differentiated,
 
 impl_rules[remat_p] = _remat_impl
 abstract_eval_rules[remat_p] = _remat_abstract_eval
+keep_body_types(remat_p)   # its results' types, shardings included, are its body's
 ad.jvp_rules[remat_p] = _remat_jvp
 ad.transpose_rules[remat_p] = _remat_transpose
 batching.vmap_rules[remat_p] = _remat_vmap
@@ -417,6 +420,7 @@ ad.jvp_rules[name_p] = _name_jvp
 ad.transpose_rules[name_p] = _name_transpose
 batching.vmap_rules[name_p] = _name_vmap
 lowering.lowering_rules[name_p] = lambda ctx, x, *, name: x
+core.sharding_rules[name_p] = same_as_operand
 flops_rules[name_p] = lambda avals_in, avals_out, **_: 0
 
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import ad, lax
+from . import ad
+from . import primitives as lax
 from . import partial_eval as pe
 from .ad import jvp_flat
 from .api_util import TransformationError, shaped_abstractify, split_static

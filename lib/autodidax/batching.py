@@ -7,18 +7,21 @@ Batching rules take `(axis_size, vals_in, dims_in, **params)` and return
 """
 from __future__ import annotations
 
+import math
 from contextlib import contextmanager
 from typing import Hashable, NamedTuple
 
 import numpy as np
 
-from . import lax
+from . import core
+from . import primitives as lax
 from .core import (RuleTable, ShapedArray, Trace, Tracer, check_live, current_design,
                    full_lower, full_raise, get_aval, levels, new_main, raise_to_shaped)
-from .lax import (binary_primitives, broadcast_p, convert_element_type_p,
+from .primitives import (binary_primitives, broadcast_p, convert_element_type_p,
                   reduce_max_p, reduce_sum_p, reshape_p, transpose_p,
                   unary_primitives)
 from .jaxpr import Jaxpr, eval_jaxpr
+from .named_sharding import NamedSharding, P
 from .partial_eval import closed_to_call_jaxpr, trace_to_jaxpr
 from .util import cache_by_jaxpr, unzip2
 
@@ -164,6 +167,73 @@ def vmap_flat(f, in_axes, *args, axis_name=None, axis_size=None):
 
 
 levels.vmap = vmap_flat   # see core.Design
+
+
+# --- Where names are bound: the axis environment ----------------------------------------
+
+class UnboundAxisError(NameError):
+  def __init__(self, name, what: str):
+    super().__init__(
+        f"unbound axis name: {name}. {what} refers to an axis named {name!r}, but "
+        f"no enclosing transformation binds it: call it inside "
+        f"vmap(f, axis_name={name!r}) or inside shard_map over a mesh with an "
+        f"axis {name!r}.")
+
+
+class AxisFrame(NamedTuple):
+  """Where a name is bound: its size, and the named vmap's main trace (None
+  for a shard_map's mesh axis)."""
+  size: int
+  main: object
+
+
+# shard_map pushes its mesh's axes here while it traces (or re-traces) its body:
+# ({name: size}, the height of the interpreter stack when it was pushed).
+_mesh_frames: list = []
+
+
+@contextmanager
+def extend_axis_env(sizes: dict):
+  """Bind the axis names in `sizes` (name -> size) inside the block."""
+  _mesh_frames.append((dict(sizes), len(core.trace_stack)))
+  try:
+    yield
+  finally:
+    _mesh_frames.pop()
+
+
+def axis_frame(name) -> AxisFrame | None:
+  """The innermost binding of `name`: a named vmap on the interpreter stack, or
+  a mesh axis of a shard_map being traced, whichever was entered last."""
+  best, where = None, -1.
+  for main in core.trace_stack:
+    if issubclass(main.trace_type, NamedBatchTrace) and main.global_data.name == name:
+      if main.level > where:
+        best, where = AxisFrame(main.global_data.size, main), main.level
+  for sizes, height in _mesh_frames:   # pushed above level height - 1
+    if name in sizes and height - .5 > where:
+      best, where = AxisFrame(sizes[name], None), height - .5
+  return best
+
+
+def axis_size(axis_name) -> int:
+  """The size of a bound axis, or the product of sizes for a tuple of names."""
+  names = axis_name if isinstance(axis_name, tuple) else (axis_name,)
+  sizes = []
+  for name in names:
+    frame = axis_frame(name)
+    if frame is None:
+      raise UnboundAxisError(name, "axis_size")
+    sizes.append(frame.size)
+  return math.prod(sizes)
+
+
+def bound_axes() -> tuple:
+  """Every bound (name, size), outermost first: part of jit's cache key, since
+  a traced jaxpr depends on them (pmean divides by a size)."""
+  named = [(m.global_data.name, m.global_data.size) for m in core.trace_stack
+           if issubclass(m.trace_type, NamedBatchTrace)]
+  return tuple(named) + tuple(kv for sizes, _ in _mesh_frames for kv in sizes.items())
 
 
 # --- Batching a jaxpr (jit, control flow, custom rules) ----------------------------------------
@@ -415,3 +485,54 @@ vmap_rules[lax.concatenate_p] = _concatenate_rule
 vmap_rules[lax.pad_p] = _pad_rule
 vmap_rules[lax.slice_p] = _slice_rule
 vmap_rules[lax.rev_p] = _rev_rule
+
+
+# --- Rules of select_n and clamp ---------------------------------------------------------------
+
+def _select_n_vmap(axis_size, vals_in, dims_in):
+  which, *cases = vals_in
+  wdim, *cdims = dims_in
+  case_shape = _unbatched_shape(cases[0], cdims[0])
+  shape = (axis_size, *case_shape)
+  cases = [move_batch_axis(axis_size, d, 0, c) for c, d in zip(cases, cdims)]
+  if wdim is not_mapped and np.ndim(which) == 0:
+    return lax.select_n(which, *cases), 0
+  which = move_batch_axis(axis_size, wdim, 0, which)
+  if np.ndim(which) == 1 and case_shape:   # one selector per batch element
+    which = lax.broadcast(which, shape, range(1, len(shape)))
+  return lax.select_n(which, *cases), 0
+
+
+def _unbatched_shape(x, bdim):
+  shape = list(np.shape(x))
+  if bdim is not not_mapped:
+    del shape[bdim]
+  return tuple(shape)
+
+
+def _clamp_vmap(axis_size, vals_in, dims_in):
+  lo, x, hi = vals_in
+  dlo, dx, dhi = dims_in
+  if dlo is not_mapped and dhi is not_mapped and np.ndim(lo) == 0 and np.ndim(hi) == 0:
+    return lax.clamp(lo, x, hi), dx
+  shape = (axis_size, *_unbatched_shape(x, dx))
+  def full(v, d):
+    v = move_batch_axis(axis_size, d, 0, v)
+    return v if np.shape(v) == shape else lax.broadcast(v, shape, range(1, len(shape)))
+  return lax.clamp(full(lo, dlo), full(x, dx), full(hi, dhi)), 0
+
+
+vmap_rules[lax.select_n_p] = _select_n_vmap
+vmap_rules[lax.clamp_p] = _clamp_vmap
+
+
+# --- The rule of reshard (the chapter Many devices) ---------------------------------------------
+
+def _reshard_vmap(axis_size, vals_in, dims_in, *, sharding):
+  x, d = vals_in[0], dims_in[0]
+  spec = list(sharding.spec.padded(np.ndim(x) - 1))
+  spec.insert(d, None)
+  return lax.reshard_p.bind(x, sharding=NamedSharding(sharding.mesh, P(*spec))), d
+
+
+vmap_rules[lax.reshard_p] = _reshard_vmap

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import ad, batching, effects, lax, lowering, runtime
+from . import ad, batching, effects, lowering, runtime
+from . import primitives as lax
 from .core import Primitive, ShapedArray, abstract_eval_rules, impl_rules
 from .tree_util import tree_flatten, tree_unflatten
 

@@ -6,7 +6,10 @@ subclasses plus rule tables.
 """
 from __future__ import annotations
 
+import linecache
 import operator
+import os
+import sys
 from contextlib import contextmanager
 from typing import Any, Callable, NamedTuple, Optional
 
@@ -366,9 +369,6 @@ class TracerArrayConversionError(TypeError):
 def _numpy_caller() -> tuple[str, bool]:
   """Where the code that handed a tracer to NumPy is (the first frame outside
   NumPy and this module's error path), and whether it is in this library."""
-  import linecache
-  import os
-  import sys
   numpy_dir = os.path.dirname(np.__file__) + os.sep
   here = os.path.dirname(os.path.abspath(__file__)) + os.sep
   frame = sys._getframe(1)

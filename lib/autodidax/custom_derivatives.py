@@ -27,7 +27,8 @@ import inspect
 
 import numpy as np
 
-from . import ad, batching, core, lax, lowering, stackless
+from . import ad, batching, core, lowering, stackless
+from . import primitives as lax
 from . import partial_eval as pe
 from .ad import Zero, instantiate_zeros
 from .api_util import shaped_abstractify
@@ -35,10 +36,12 @@ from .batching import batch_jaxpr, named_axis_rule, not_mapped
 from .control_flow.common import at_axis0, avals_str, trace_flat, trace_tree
 from .core import (Primitive, ShapedArray, Tracer, abstract_eval_rules,
                    full_raise, get_aval, impl_rules, raise_to_shaped)
+from .sharding_rules import keep_body_types
 from .flop_count import flops_call_rules
 from .jaxpr import ClosedJaxpr, Jaxpr, Var, eval_jaxpr, pp_params_rules
 from .partial_eval import closed_to_call_jaxpr
 from .tree_util import tree_flatten, tree_map, tree_unflatten
+from .util import not_in_autodidax
 
 custom_jvp_call_p = Primitive("custom_jvp_call", multiple_results=True)
 custom_vjp_call_p = Primitive("custom_vjp_call", multiple_results=True)
@@ -370,6 +373,7 @@ def _custom_call_abstract_eval(*avals, call_jaxpr, name, **_):
 
 impl_rules[custom_jvp_call_p] = _custom_call_impl
 abstract_eval_rules[custom_jvp_call_p] = _custom_call_abstract_eval
+keep_body_types(custom_jvp_call_p)   # its results' types, shardings included, are its body's
 
 
 def _custom_jvp_call_jvp(primals, tangents, *, name, call_jaxpr,
@@ -747,6 +751,7 @@ class BoundBwd:
 
 impl_rules[custom_vjp_call_p] = _custom_call_impl
 abstract_eval_rules[custom_vjp_call_p] = _custom_call_abstract_eval
+keep_body_types(custom_vjp_call_p)   # its results' types, shardings included, are its body's
 
 
 def _custom_vjp_call_jvp(primals, tangents, *, name, call_jaxpr, fwd, bwd,
@@ -934,6 +939,7 @@ def _pp_custom_lin(params):
 
 impl_rules[custom_lin_p] = _custom_lin_forward_error
 abstract_eval_rules[custom_lin_p] = _custom_lin_abstract_eval
+keep_body_types(custom_lin_p)   # its results' types, shardings included, are its body's
 ad.jvp_rules[custom_lin_p] = _custom_lin_forward_error
 batching.vmap_rules[custom_lin_p] = _custom_lin_forward_error
 lowering.lowering_rules[custom_lin_p] = _custom_lin_forward_error
@@ -967,4 +973,4 @@ def closure_convert(fun, *example_args):
 
 
 def __getattr__(name):   # a name of jax.custom_derivatives not here
-  raise lax.not_in_autodidax("jax.custom_derivatives", name)
+  raise not_in_autodidax("jax.custom_derivatives", name)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import lax
+from . import primitives as lax
 from .api import make_jaxpr
 from .core import RuleTable, impl_rules
 from .jaxpr import Jaxpr, Lit
@@ -79,7 +79,8 @@ for _p in (lax.reduce_sum_p, lax.reduce_max_p, lax.reduce_min_p, lax.reduce_prod
 flops_rules[lax.dot_general_p] = _dot_general_flops
 for _p in (lax.broadcast_p, lax.reshape_p, lax.transpose_p, lax.convert_element_type_p,
            lax.stop_gradient_p, lax.concatenate_p, lax.pad_p, lax.slice_p, lax.rev_p,
-           lax.dynamic_slice_p, lax.dynamic_update_slice_p):
+           lax.dynamic_slice_p, lax.dynamic_update_slice_p, lax.select_n_p, lax.clamp_p,
+           lax.reshard_p):
   flops_rules[_p] = lambda avals_in, avals_out, **_: 0
 
 # Call rules, for higher-order primitives: `rule(*args, run, **params) ->

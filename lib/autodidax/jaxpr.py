@@ -8,6 +8,7 @@ with `bind` (so evaluating a jaxpr is itself traceable), and the printer.
 """
 from __future__ import annotations
 
+import html
 import itertools
 import types
 from typing import NamedTuple
@@ -111,7 +112,6 @@ class ClosedJaxpr:
 
 
 def _pre_html(text: str) -> str:
-  import html
   return f'<pre class="jaxpr">{html.escape(text)}</pre>'
 
 

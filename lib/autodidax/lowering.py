@@ -18,7 +18,7 @@ import re
 
 import numpy as np
 
-from . import lax
+from . import primitives as lax
 from .core import RuleTable, ShapedArray
 from .effects import is_ordered
 from .jaxpr import Jaxpr, Lit
@@ -573,3 +573,38 @@ lowering_rules[lax.slice_p] = _slice_lowering
 lowering_rules[lax.rev_p] = _rev_lowering
 lowering_rules[lax.dynamic_slice_p] = _dynamic_slice_lowering
 lowering_rules[lax.dynamic_update_slice_p] = _dynamic_update_slice_lowering
+
+
+# --- Rules of select_n and clamp ---------------------------------------------------------------
+
+def _select_n_lowering(ctx, which, *cases):
+  wa, *cas = ctx.avals_in
+  out = ctx.avals_out[0]
+  t = mlir_type(out)
+  if wa.shape != out.shape:
+    which = ctx.broadcast_in_dim(which, wa, out.shape, [])
+  wt = mlir_type(ShapedArray(out.shape, wa.dtype))
+  bool_t = mlir_type(ShapedArray(out.shape, np.bool_))
+  if len(cases) == 1:
+    return cases[0]
+  if wa.dtype == np.bool_:
+    return ctx.emit(f"stablehlo.select {which}, {cases[1]}, {cases[0]} : {bool_t}, {t}")
+  result = cases[0]
+  for i in range(1, len(cases)):   # case i wins where which >= i (which is clamped)
+    k = ctx.broadcast_in_dim(ctx.constant(i, wa.dtype), wa.update(shape=()), out.shape, [])
+    pred = ctx.emit(f"stablehlo.compare GE, {which}, {k}, SIGNED : ({wt}, {wt}) -> {bool_t}")
+    result = ctx.emit(f"stablehlo.select {pred}, {cases[i]}, {result} : {bool_t}, {t}")
+  return result
+
+
+def _clamp_lowering(ctx, lo, x, hi):
+  alo, ax, ahi = ctx.avals_in
+  lo, hi = ctx.convert(lo, alo, ax.dtype), ctx.convert(hi, ahi, ax.dtype)
+  alo, ahi = alo.update(dtype=ax.dtype), ahi.update(dtype=ax.dtype)
+  return ctx.emit(f"stablehlo.clamp {lo}, {x}, {hi} : ({mlir_type(alo)}, {mlir_type(ax)}, "
+                  f"{mlir_type(ahi)}) -> {mlir_type(ctx.avals_out[0])}")
+
+
+lowering_rules[lax.select_n_p] = _select_n_lowering
+lowering_rules[lax.clamp_p] = _clamp_lowering
+lowering_rules[lax.reshard_p] = lambda ctx, x, *, sharding: x   # (lower_jaxpr_body adds the constraint)

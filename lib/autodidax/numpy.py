@@ -13,10 +13,14 @@ import math
 
 import numpy as _np
 
-from . import dtypes, lax
+from . import dtypes
+from . import primitives as lax
 from . import core
 from .core import ConcretizationError, Tracer, is_array
+from . import named_sharding
+from . import util
 from .util import canonicalize_axis
+from .xla import Array, jit
 
 float16, float32, float64 = _np.float16, _np.float32, _np.float64
 int8, int16, int32, int64 = _np.int8, _np.int16, _np.int32, _np.int64
@@ -356,7 +360,7 @@ def where(condition, x=None, y=None):
     y = _np.full(x.shape, y, x.dtype) if type(y) is float else y
     return lax.select_n(condition, y, x)
   if any(isinstance(v, Tracer) for v in (condition, x, y)):   # staged: in a jit of
-    return _where_jit()(condition, x, y)   # its own, as JAX's where (named _where)
+    return _where_jit(condition, x, y)   # its own, as JAX's where (named _where)
   return _where(condition, x, y)
 
 
@@ -370,14 +374,7 @@ def _where(condition, x, y):
   return _weak(lax.select_n(c, y, x), x0, y0)
 
 
-_where_jitted = []
-
-
-def _where_jit():
-  if not _where_jitted:
-    from .xla import jit   # (autodidax.xla imports this module)
-    _where_jitted.append(jit(_where))
-  return _where_jitted[0]
+_where_jit = jit(_where)
 
 
 def clip(x, min=None, max=None):  # noqa: A002
@@ -720,8 +717,7 @@ def einsum(subscripts: str, *operands, out_sharding=None):
     return (lax.reduce_sum(x, axes) if axes else x), "".join(c for c in s if c in keep)
 
   if out_sharding is not None:
-    from .sharding_rules import canonicalize_sharding   # (loaded after this module)
-    out_sharding = canonicalize_sharding(out_sharding, "einsum")
+    out_sharding = named_sharding.canonicalize_sharding(out_sharding, "einsum")
     spec = out_sharding.spec.padded(len(out))
   acc, s = keep_only(operands[0], ins[0], set(out) | set("".join(ins[1:])))
   for k in range(1, len(operands)):
@@ -885,8 +881,9 @@ def install_tracer_methods(cls):
 
 
 install_tracer_methods(Tracer)
+install_tracer_methods(Array)   # device arrays: `a + b` binds add, as on tracers
 Tracer.__iter__ = _iter   # (device Arrays iterate over their fetched values)
 
 
 def __getattr__(name):
-  raise lax.not_in_autodidax("jax.numpy", name)
+  raise util.not_in_autodidax("jax.numpy", name)

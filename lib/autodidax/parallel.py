@@ -15,87 +15,20 @@ devices. JAX keeps these in jax/_src/lax/parallel.py.
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
-from typing import NamedTuple
 
 import numpy as np
 
-from . import ad, core, lax, lowering
+from . import ad, core, lowering
+from . import primitives as lax
 from . import numpy as anp
-from .batching import (NamedBatchTrace, axis_vmap_rules, move_batch_axis, moveaxis,
+from .batching import (AxisFrame, UnboundAxisError, axis_frame, axis_size,  # noqa: F401
+                       bound_axes, extend_axis_env, NamedBatchTrace, axis_vmap_rules, move_batch_axis, moveaxis,
                        not_mapped, vmap_rules)
 from .core import Primitive, ShapedArray, abstract_eval_rules, impl_rules, raise_to_shaped
 from .jaxpr import Jaxpr
 from .util import cache_by_jaxpr
 from .lowering import mlir_type
 from .tree_util import tree_flatten, tree_unflatten
-
-
-# --- Where names are bound: the axis environment ----------------------------------------
-
-class UnboundAxisError(NameError):
-  def __init__(self, name, what: str):
-    super().__init__(
-        f"unbound axis name: {name}. {what} refers to an axis named {name!r}, but "
-        f"no enclosing transformation binds it: call it inside "
-        f"vmap(f, axis_name={name!r}) or inside shard_map over a mesh with an "
-        f"axis {name!r}.")
-
-
-class AxisFrame(NamedTuple):
-  """Where a name is bound: its size, and the named vmap's main trace (None
-  for a shard_map's mesh axis)."""
-  size: int
-  main: object
-
-
-# shard_map pushes its mesh's axes here while it traces (or re-traces) its body:
-# ({name: size}, the height of the interpreter stack when it was pushed).
-_mesh_frames: list = []
-
-
-@contextmanager
-def extend_axis_env(sizes: dict):
-  """Bind the axis names in `sizes` (name -> size) inside the block."""
-  _mesh_frames.append((dict(sizes), len(core.trace_stack)))
-  try:
-    yield
-  finally:
-    _mesh_frames.pop()
-
-
-def axis_frame(name) -> AxisFrame | None:
-  """The innermost binding of `name`: a named vmap on the interpreter stack, or
-  a mesh axis of a shard_map being traced, whichever was entered last."""
-  best, where = None, -1.
-  for main in core.trace_stack:
-    if issubclass(main.trace_type, NamedBatchTrace) and main.global_data.name == name:
-      if main.level > where:
-        best, where = AxisFrame(main.global_data.size, main), main.level
-  for sizes, height in _mesh_frames:   # pushed above level height - 1
-    if name in sizes and height - .5 > where:
-      best, where = AxisFrame(sizes[name], None), height - .5
-  return best
-
-
-def axis_size(axis_name) -> int:
-  """The size of a bound axis, or the product of sizes for a tuple of names."""
-  names = axis_name if isinstance(axis_name, tuple) else (axis_name,)
-  sizes = []
-  for name in names:
-    frame = axis_frame(name)
-    if frame is None:
-      raise UnboundAxisError(name, "axis_size")
-    sizes.append(frame.size)
-  return math.prod(sizes)
-
-
-def bound_axes() -> tuple:
-  """Every bound (name, size), outermost first: part of jit's cache key, since
-  a traced jaxpr depends on them (pmean divides by a size)."""
-  named = [(m.global_data.name, m.global_data.size) for m in core.trace_stack
-           if issubclass(m.trace_type, NamedBatchTrace)]
-  return tuple(named) + tuple(kv for sizes, _ in _mesh_frames for kv in sizes.items())
 
 
 # --- Collective primitives ---------------------------------------------------------------

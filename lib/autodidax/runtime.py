@@ -27,7 +27,7 @@ os.environ.setdefault(DEFAULT_PLATFORM_ENV, "cpu")
 @functools.cache
 def _jax():
   """Import jax lazily and return the handful of modules we use."""
-  import jax
+  import jax   # deferred, as all of jax here: `import autodidax` stays fast and starts no XLA client
   from jax._src.lib import xla_client
   from jax.extend import backend
   return jax, backend, xla_client
@@ -189,7 +189,7 @@ def compile(stablehlo_text: str, platform: str | None = None,
   c = client(platform)
   devices, errors = xc.DeviceList((device(platform),)), []
   if host_callbacks:   # this overload takes a parsed MLIR module
-    from jax._src.interpreters import mlir
+    from jax._src.interpreters import mlir   # deferred: jax loads on first use (see _jax)
     from jaxlib.mlir import ir
     with mlir.make_ir_context():
       loaded = c.compile_and_load(ir.Module.parse(stablehlo_text), devices,
@@ -227,7 +227,7 @@ def _guarded(fn, errors: list):
 def verify(stablehlo_text: str) -> None:
   """Parse and verify MLIR text with jaxlib's MLIR bindings; raise if invalid."""
   _jax()
-  from jax._src.interpreters import mlir
+  from jax._src.interpreters import mlir   # deferred: jax loads on first use (see _jax)
   from jaxlib.mlir import ir
   with mlir.make_ir_context():
     module = ir.Module.parse(stablehlo_text)

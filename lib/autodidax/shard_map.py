@@ -20,7 +20,8 @@ import math
 from contextlib import contextmanager
 
 
-from . import ad, batching, lax, lowering, parallel, runtime, spmd
+from . import ad, batching, lowering, parallel, runtime, spmd
+from . import primitives as lax
 from . import partial_eval as pe
 from .api_util import shaped_abstractify
 from .core import (Primitive, abstract_eval_rules, get_aval, impl_rules, mesh_axis_order,

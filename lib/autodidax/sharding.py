@@ -10,293 +10,28 @@ for each dimension of an array, which mesh axes split it (None: none). A
 device holds (`devices_indices_map`). Devices along mesh axes that the spec
 doesn't mention hold the same slice: the array is replicated along them.
 JAX keeps these in jax/_src/mesh.py, sharding_impls.py and array.py.
+
+The data types (meshes, specs, shardings) sit low, in `mesh.py` and
+`named_sharding.py`, since an array's type carries its sharding; `reshard`
+is a primitive (`primitives.py`). This module holds the device arrays built
+from them (ShardedArray, device_put) and hands all the names on, as
+`jax.sharding` does.
 """
 from __future__ import annotations
 
-import enum
-import math
-from contextlib import contextmanager
 from typing import NamedTuple
 
 import numpy as np
 
 from . import runtime
-from .core import Primitive, ShapedArray, array_types, get_aval, raise_to_shaped
+from .core import ShapedArray, array_types, get_aval, impl_rules, raise_to_shaped
+from .mesh import (AxisType, Device, Mesh, device_count, devices, get_mesh,  # noqa: F401
+                   make_mesh, set_mesh)
+from .named_sharding import (NamedSharding, P, PartitionSpec,  # noqa: F401
+                             SingleDeviceSharding, canonicalize_sharding, type_sharding)
+from .primitives import reshard_p
 from .tree_util import tree_flatten, tree_unflatten
 from .xla import Array
-
-
-# --- Devices and meshes -----------------------------------------------------------------
-
-class Device:
-  """One device of the XLA runtime (a CPU device here)."""
-  __slots__ = ("id", "platform", "handle")
-
-  def __init__(self, handle, platform: str):
-    self.id, self.platform, self.handle = handle.id, platform, handle
-
-  def __repr__(self):
-    return f"{self.platform.capitalize()}Device(id={self.id})"
-
-  def __eq__(self, other):
-    return isinstance(other, Device) and (self.id, self.platform) == (other.id, other.platform)
-
-  def __hash__(self):
-    return hash((self.id, self.platform))
-
-
-def devices(backend: str | None = None) -> list[Device]:
-  """The devices of the platform (CPU by default). On one machine, CPU has
-  one device unless XLA_FLAGS=--xla_force_host_platform_device_count=N was
-  set before the runtime started."""
-  platform = backend or runtime.default_platform()
-  return [Device(d, platform) for d in runtime.devices(platform)]
-
-
-def device_count(backend: str | None = None) -> int:
-  return len(devices(backend))
-
-
-_all_devices = devices   # make_mesh's `devices` argument hides the function
-
-
-class AxisType(enum.Enum):
-  """Who decides the layouts along a mesh axis. Explicit: the types do (an
-  array's type says how the axis splits it, and each operation's sharding
-  rule says how its result is split). Auto: XLA's partitioner does, from
-  the layouts of the inputs and outputs. Manual: the program does, per
-  device (inside shard_map)."""
-  Auto = "Auto"
-  Explicit = "Explicit"
-  Manual = "Manual"
-
-  def __repr__(self):
-    return self.name
-
-
-class Mesh:
-  """Devices arranged as an n-dimensional grid whose axes have names, each
-  with a type (AxisType.Auto unless given, as in jax.sharding.Mesh)."""
-
-  def __init__(self, devices, axis_names, axis_types=None):
-    self.devices = np.asarray(devices, dtype=object)
-    self.axis_names = tuple(axis_names)
-    if self.devices.ndim != len(self.axis_names):
-      raise ValueError(f"Mesh: {len(self.axis_names)} axis names {self.axis_names} for a "
-                       f"{self.devices.ndim}-dimensional grid of devices")
-    if len(set(self.axis_names)) != len(self.axis_names):
-      raise ValueError(f"Mesh: repeated axis names {self.axis_names}")
-    if axis_types is None:
-      axis_types = (AxisType.Auto,) * len(self.axis_names)
-    self.axis_types = tuple(axis_types)
-    if len(self.axis_types) != len(self.axis_names):
-      raise ValueError(f"Mesh: {len(self.axis_types)} axis types for the axes "
-                       f"{self.axis_names}")
-    if AxisType.Explicit in self.axis_types and AxisType.Auto in self.axis_types:
-      raise NotImplementedError(
-          f"Mesh: axes {self.axis_names} mix Explicit and Auto types "
-          f"{self.axis_types}. JAX allows it; autodidax doesn't build it: make "
-          "every axis Explicit (the default of make_mesh) or every axis Auto.")
-
-  explicit_axes = property(lambda self: tuple(
-      n for n, t in zip(self.axis_names, self.axis_types) if t is AxisType.Explicit))
-
-  shape = property(lambda self: dict(zip(self.axis_names, self.devices.shape)))
-  axis_sizes = property(lambda self: tuple(self.devices.shape))
-  size = property(lambda self: self.devices.size)
-  device_list = property(lambda self: list(self.devices.flat))   # in mesh order
-
-  def _key(self):
-    return (self.axis_names, tuple(d.id for d in self.devices.flat), self.devices.shape,
-            self.axis_types)
-
-  def __eq__(self, other):
-    return isinstance(other, Mesh) and self._key() == other._key()
-
-  def __hash__(self):
-    return hash(self._key())
-
-  def __repr__(self):
-    axes = ", ".join(f"{n!r}: {s}" for n, s in self.shape.items())
-    return f"Mesh({axes}, axis_types={self.axis_types})"
-
-
-def make_mesh(axis_shapes, axis_names, axis_types=None, *, devices=None) -> Mesh:
-  """A mesh of the first prod(axis_shapes) devices, in order: device k sits
-  at the grid position of k in row-major order. Its axes are Explicit unless
-  `axis_types` says otherwise, as in JAX 0.10."""
-  axis_shapes, n = tuple(axis_shapes), math.prod(axis_shapes)
-  devs = list(devices) if devices is not None else _all_devices()
-  if len(devs) < n:
-    raise ValueError(
-        f"make_mesh: a {' x '.join(map(str, axis_shapes))} mesh needs {n} devices, but "
-        f"there are {len(devs)}. On CPU, set XLA_FLAGS=--xla_force_host_platform_"
-        f"device_count={n} before anything starts the XLA runtime (at the top of a "
-        "notebook, or in the environment).")
-  if axis_types is None:
-    axis_types = (AxisType.Explicit,) * len(axis_shapes)
-  return Mesh(np.array(devs[:n], dtype=object).reshape(axis_shapes), axis_names,
-              axis_types)
-
-
-_context_mesh: list = []   # set_mesh's stack
-
-
-class set_mesh:
-  """`with set_mesh(mesh):` makes `mesh` the context mesh, which lets a bare
-  PartitionSpec stand for a NamedSharding on it (reshard, out_sharding=).
-  Called without `with`, it sets the mesh for good (as JAX's does)."""
-
-  def __init__(self, mesh: Mesh):
-    self.mesh, self.prev = mesh, list(_context_mesh)
-    _context_mesh[:] = [mesh]
-
-  def __enter__(self):
-    return self.mesh
-
-  def __exit__(self, *exc):
-    _context_mesh[:] = self.prev
-
-
-def get_mesh():
-  """The context mesh (set_mesh's), or None."""
-  return _context_mesh[-1] if _context_mesh else None
-
-
-# --- Partition specs and shardings -------------------------------------------------------------
-
-class PartitionSpec(tuple):
-  """For each dimension of an array, the mesh axis (or tuple of axes, the
-  first major) that splits it, or None. Missing trailing entries are None."""
-
-  def __new__(cls, *parts):
-    return super().__new__(cls, parts)
-
-  def __repr__(self):
-    return "P(" + ", ".join(map(repr, self)) + ")"
-
-  def axes_of(self, dim: int) -> tuple:
-    """The mesh axes splitting dimension `dim`, as a tuple."""
-    part = self[dim] if dim < len(self) else None
-    return () if part is None else tuple(part) if isinstance(part, tuple) else (part,)
-
-  def padded(self, ndim: int) -> "PartitionSpec":
-    if len(self) > ndim:
-      raise ValueError(f"{self!r} has {len(self)} entries, for an array of rank {ndim}")
-    return PartitionSpec(*self, *[None] * (ndim - len(self)))
-
-  def normalized(self, ndim: int) -> tuple:
-    """A canonical form, to compare specs: a tuple of axis tuples per dimension."""
-    return tuple(self.axes_of(d) for d in range(ndim))
-
-
-P = PartitionSpec
-
-
-class NamedSharding:
-  """An array's layout on a mesh: `spec` says which mesh axes split each of
-  its dimensions."""
-
-  def __init__(self, mesh: Mesh, spec: PartitionSpec):
-    self.mesh = mesh
-    self.spec = spec if isinstance(spec, PartitionSpec) else PartitionSpec(*spec)
-    used = [a for d in range(len(self.spec)) for a in self.spec.axes_of(d)]
-    for a in used:
-      if a not in mesh.axis_names:
-        raise ValueError(f"{self.spec!r} names the axis {a!r}, but the mesh's axes are "
-                         f"{mesh.axis_names}")
-    if len(set(used)) < len(used):
-      raise ValueError(f"{self.spec!r} uses a mesh axis for two dimensions")
-
-  device_set = property(lambda self: set(self.mesh.devices.flat))
-  num_devices = property(lambda self: self.mesh.size)
-
-  def tiles(self, ndim: int) -> tuple:
-    """How many pieces each dimension is cut into."""
-    return tuple(math.prod(self.mesh.shape[a] for a in self.spec.axes_of(d))
-                 for d in range(ndim))
-
-  def shard_shape(self, global_shape) -> tuple:
-    """The shape of the slice each device holds."""
-    tiles = self.tiles(len(global_shape))
-    for d, (n, t) in enumerate(zip(global_shape, tiles)):
-      if n % t:
-        raise ValueError(f"{self!r} splits dimension {d} (of size {n}) into {t} pieces, "
-                         f"which doesn't divide it: choose sizes divisible by {t}")
-    return tuple(n // t for n, t in zip(global_shape, tiles))
-
-  def devices_indices_map(self, global_shape) -> dict:
-    """{device: the index (a tuple of slices) of its part of the array}."""
-    shard = self.shard_shape(global_shape)
-    names, out = self.mesh.axis_names, {}
-    for pos in np.ndindex(*self.mesh.axis_sizes):
-      coord = dict(zip(names, pos))
-      index = []
-      for d, size in enumerate(shard):
-        if not self.spec.axes_of(d):   # whole: slice(None), as in JAX
-          index.append(slice(None))
-          continue
-        tile = 0
-        for a in self.spec.axes_of(d):   # the first axis is major
-          tile = tile * self.mesh.shape[a] + coord[a]
-        index.append(slice(tile * size, (tile + 1) * size))
-      out[self.mesh.devices[pos]] = tuple(index)
-    return out
-
-  @property
-  def is_fully_replicated(self) -> bool:
-    return all(not self.spec.axes_of(d) for d in range(len(self.spec)))
-
-  def same_layout(self, other, ndim: int) -> bool:
-    return (isinstance(other, NamedSharding) and self.mesh == other.mesh
-            and self.spec.normalized(ndim) == other.spec.normalized(ndim))
-
-  def _key(self):   # the spec without its trailing Nones
-    parts = [self.spec.axes_of(d) for d in range(len(self.spec))]
-    while parts and not parts[-1]:
-      parts.pop()
-    return self.mesh, tuple(parts)
-
-  def __eq__(self, other):
-    return type(other) is type(self) and self._key() == other._key()
-
-  def __hash__(self):
-    return hash(self._key())
-
-  def __repr__(self):
-    return f"NamedSharding(mesh={self.mesh!r}, spec={self.spec!r})"
-
-
-def type_sharding(sharding):
-  """The part of a layout that an array's type carries: its Explicit axes
-  (None on a mesh without any, where the partitioner decides)."""
-  if not isinstance(sharding, NamedSharding) or not sharding.mesh.explicit_axes:
-    return None
-  explicit = sharding.mesh.explicit_axes
-  parts = [tuple(a for a in sharding.spec.axes_of(d) if a in explicit)
-           for d in range(len(sharding.spec))]
-  return NamedSharding(sharding.mesh, P(*[None if not p else p[0] if len(p) == 1 else p
-                                          for p in parts]))
-
-
-class SingleDeviceSharding:
-  """The layout of an ordinary device `Array`: all of it on one device."""
-
-  def __init__(self, device: Device):
-    self.device = device
-
-  device_set = property(lambda self: {self.device})
-  num_devices = 1
-  is_fully_replicated = True
-
-  def shard_shape(self, global_shape) -> tuple:
-    return tuple(global_shape)
-
-  def devices_indices_map(self, global_shape) -> dict:
-    return {self.device: tuple(slice(None) for _ in global_shape)}
-
-  def __repr__(self):
-    return f"SingleDeviceSharding(device={self.device!r})"
 
 
 class Shard(NamedTuple):
@@ -414,15 +149,15 @@ def device_put(x, device=None):
 
 
 # --- Changing an array's layout ---------------------------------------------------------------
+# reshard_p is a primitive (autodidax.primitives); eagerly, it is device_put.
 
-reshard_p = Primitive("reshard")   # its rules: autodidax.sharding_rules
+impl_rules[reshard_p] = lambda x, *, sharding: device_put(x, sharding)
 
 
 def reshard(x, out_shardings):
   """`x` laid out anew: `out_shardings` is a NamedSharding, or a PartitionSpec
   on the context mesh (set_mesh). On Explicit axes, the new layout is part
   of the result's type; XLA moves the data (all-gather, all-to-all, ...)."""
-  from .sharding_rules import canonicalize_sharding
   leaves, tree = tree_flatten(x)
   if tree.node_type is not None:
     return tree_unflatten(tree, [reshard(v, out_shardings) for v in leaves])

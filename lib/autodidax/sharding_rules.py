@@ -14,16 +14,18 @@ operands split; a reshape that scatters a split dimension), the rule raises
 ShardingTypeError and asks for `out_sharding=`, as JAX does. Lowering puts
 each result's sharding into the program (`sdy.sharding_constraint`), so
 XLA's partitioner follows the types. On Auto axes types carry no sharding
-and the partitioner decides alone. JAX keeps its rules beside each
-primitive in jax/_src/lax/lax.py (`_dot_general_sharding_rule`, ...).
+and the partitioner decides alone.
+
+This module holds the hook and the rules' shapes (elementwise, reduce,
+reshape, dot_general, ...); each primitive's module registers the one that
+fits beside its other rules, as JAX does in jax/_src/lax/lax.py
+(`_dot_general_sharding_rule`, ...). It sits just above core.
 """
 from __future__ import annotations
 
-import numpy as np
-
-from . import ad, batching, core, lax, lowering
-from .core import abstract_eval_rules, impl_rules, sharding_rules
-from .sharding import NamedSharding, P, PartitionSpec, device_put, get_mesh, reshard_p
+from . import core
+from .core import sharding_rules
+from .named_sharding import NamedSharding, P, PartitionSpec
 
 
 class ShardingTypeError(TypeError):
@@ -94,11 +96,11 @@ def _with_shardings(prim, avals, params, out):
 core.types_hook = _with_types
 
 
-def _check_distinct(prim, dims):
+def check_distinct(name: str, dims):
   used = [a for d in dims for a in d]
   if len(set(used)) < len(used):
     raise ShardingTypeError(
-        f"{prim.name}: the result would split two dimensions over the same mesh axis "
+        f"{name}: the result would split two dimensions over the same mesh axis "
         f"({as_spec(dims)!r}); reshard an operand first, or pass out_sharding=.")
   return as_spec(dims)
 
@@ -117,13 +119,8 @@ def elementwise_rule(prim):
             f"{_type_text(avals)} split dimension {d} differently. Reshard one "
             "operand to the other's layout (sharding.reshard).")
       dims.append(got.pop() if got else ())
-    return _check_distinct(prim, dims)
+    return check_distinct(prim.name, dims)
   return rule
-
-
-for _p in (*lax.binary_primitives, *lax.unary_primitives, lax.pow_p, lax.integer_pow_p,
-           lax.round_p, lax.convert_element_type_p, lax.cumsum_p):
-  sharding_rules[_p] = elementwise_rule(_p)
 
 
 def same_as_operand(x, *rest, **params):
@@ -132,28 +129,23 @@ def same_as_operand(x, *rest, **params):
 
 # --- Reductions: the reduced dimensions' axes go away --------------------------------------
 
-def _reduce_rule(x, *, axes, **params):
+def reduce_rule(x, *, axes, **params):
   return as_spec([a for d, a in enumerate(spec_of(x)) if d not in axes])
-
-
-for _p in (lax.reduce_sum_p, lax.reduce_max_p, lax.reduce_min_p, lax.reduce_prod_p,
-           lax.argmax_p, lax.argmin_p):
-  sharding_rules[_p] = _reduce_rule
 
 
 # --- Moving dimensions: broadcast, transpose, reshape, concatenate ------------------------------
 
-def _broadcast_rule(x, *, shape, axes):
+def broadcast_rule(x, *, shape, axes):
   """New dimensions are whole; the others keep their axes."""
   old = iter(spec_of(x))
   return as_spec([() if d in axes else next(old) for d in range(len(shape))])
 
 
-def _transpose_rule(x, *, permutation):
+def transpose_rule(x, *, permutation):
   return as_spec([spec_of(x)[p] for p in permutation])
 
 
-def _concatenate_rule(*xs, dimension):
+def concatenate_rule(*xs, dimension):
   """The operands on the mesh must be laid out alike (JAX's rule), and so is
   the result; host constants fit any layout."""
   layouts = {spec_of(x) for x in xs if x.sharding is not None}
@@ -161,37 +153,19 @@ def _concatenate_rule(*xs, dimension):
     raise ShardingTypeError(
         f"concatenate: all operands should have the same sharding, got {_type_text(xs)}. "
         "Reshard them alike first (sharding.reshard).")
-  return _check_distinct(lax.concatenate_p, layouts.pop())
+  return check_distinct("concatenate", layouts.pop())
 
 
-def _unsplit_dims_rule(prim, changed):
+def unsplit_dims_rule(name, changed):
   """For slicing and padding: the dimensions they change must be whole."""
   def rule(x, *rest, **params):
     for d in changed(x, **params):
       if spec_of(x)[d]:
         raise ShardingTypeError(
-            f"{prim.name} changes dimension {d} of {x.str_short()}, which the mesh "
+            f"{name} changes dimension {d} of {x.str_short()}, which the mesh "
             "splits: reshard it whole first (sharding.reshard).")
     return as_spec(spec_of(x))
   return rule
-
-
-sharding_rules[lax.broadcast_p] = _broadcast_rule
-sharding_rules[lax.transpose_p] = _transpose_rule
-sharding_rules[lax.concatenate_p] = _concatenate_rule
-sharding_rules[lax.rev_p] = same_as_operand
-sharding_rules[lax.pad_p] = _unsplit_dims_rule(
-    lax.pad_p, lambda x, *, padding_config: [d for d, c in enumerate(padding_config)
-                                             if tuple(c) != (0, 0, 0)])
-sharding_rules[lax.slice_p] = _unsplit_dims_rule(
-    lax.slice_p, lambda x, *, start_indices, limit_indices, strides: [
-        d for d, n in enumerate(x.shape)
-        if (start_indices[d], limit_indices[d], strides[d]) != (0, n, 1)])
-sharding_rules[lax.dynamic_slice_p] = _unsplit_dims_rule(
-    lax.dynamic_slice_p, lambda x, *, slice_sizes: [
-        d for d, (n, m) in enumerate(zip(x.shape, slice_sizes)) if n != m])
-sharding_rules[lax.dynamic_update_slice_p] = _unsplit_dims_rule(
-    lax.dynamic_update_slice_p, lambda x: range(x.ndim))
 
 
 class _Unsupported(Exception):
@@ -219,7 +193,7 @@ def _groups(old, new):
   return out
 
 
-def _reshape_rule(x, *, new_sizes, out_sharding=None):
+def reshape_rule(x, *, new_sizes, out_sharding=None):
   """A reshape keeps the layout where it only splits one dimension into
   several (its axes go to the leading ones) or merges several into one
   (their axes, major first, split the merged one). Otherwise, or if the
@@ -257,12 +231,10 @@ def _reshape_rule(x, *, new_sizes, out_sharding=None):
   return as_spec(out)
 
 
-sharding_rules[lax.reshape_p] = _reshape_rule
-
 
 # --- dot_general: batch, free and contracting dimensions -------------------------------------------
 
-def _dot_general_rule(x, y, *, dimension_numbers, out_sharding=None):
+def dot_general_rule(x, y, *, dimension_numbers, out_sharding=None):
   """Batch dimensions keep `x`'s axes and free ones their own. A
   contracting dimension that one operand cuts is gathered by the
   partitioner; one that both cut leaves each device a partial sum: whether
@@ -288,72 +260,22 @@ def _dot_general_rule(x, y, *, dimension_numbers, out_sharding=None):
           "(e.g. P(...) inside `with set_mesh(mesh):`).")
   lf = [d for d in range(x.ndim) if d not in lc and d not in lb]
   rf = [d for d in range(y.ndim) if d not in rc and d not in rb]
-  return _check_distinct(lax.dot_general_p,
-                         [xs[d] for d in lb] + [xs[d] for d in lf] + [ys[d] for d in rf])
-
-
-sharding_rules[lax.dot_general_p] = _dot_general_rule
-
-
-# --- reshard: change the layout --------------------------------------------------------------
-
-def _reshard_abstract_eval(x, *, sharding):
-  return x.update(sharding=sharding)
-
-
-abstract_eval_rules[reshard_p] = _reshard_abstract_eval
-sharding_rules[reshard_p] = lambda x, *, sharding: sharding.spec
-impl_rules[reshard_p] = lambda x, *, sharding: device_put(x, sharding)
-ad.jvp_rules[reshard_p] = lambda primals, tangents, *, sharding: (
-    [reshard_p.bind(primals[0], sharding=sharding)],
-    [ad.Zero(ad.get_aval(tangents[0])) if isinstance(tangents[0], ad.Zero) else
-     reshard_p.bind(tangents[0], sharding=sharding)])
-
-
-def _reshard_transpose(ct, x, *, sharding):
-  """Back to the operand's layout."""
-  old = x.aval.sharding or NamedSharding(sharding.mesh, P())
-  return [reshard_p.bind(ct, sharding=old)]
-
-
-ad.transpose_rules[reshard_p] = _reshard_transpose
-
-
-def _reshard_vmap(axis_size, vals_in, dims_in, *, sharding):
-  x, d = vals_in[0], dims_in[0]
-  spec = list(sharding.spec.padded(np.ndim(x) - 1))
-  spec.insert(d, None)
-  return reshard_p.bind(x, sharding=NamedSharding(sharding.mesh, P(*spec))), d
-
-
-batching.vmap_rules[reshard_p] = _reshard_vmap
-
-
-lowering.lowering_rules[reshard_p] = lambda ctx, x, *, sharding: x   # (the constraint: below)
+  return check_distinct("dot_general",
+                        [xs[d] for d in lb] + [xs[d] for d in lf] + [ys[d] for d in rf])
 
 
 # --- Control flow, calls and the like: their body's types are the answer ---------------------------
 
 def keep_body_types(*prims):
+  """For higher-order primitives: their abstract eval already typed the
+  results from the body's jaxpr, shardings included."""
   for p in prims:
     sharding_rules[p] = KEEP
 
 
-# --- typeof and out_sharding= ------------------------------------------------------------------
+# --- typeof ------------------------------------------------------------------
 
 def typeof(x):
   """The type of `x`: its ShapedArray, with its sharding on an Explicit mesh."""
   return core.raise_to_shaped(core.get_aval(x))
-
-
-def canonicalize_sharding(s, what: str):
-  """A NamedSharding from `s`: a PartitionSpec needs the context mesh."""
-  if s is None or isinstance(s, NamedSharding):
-    return s
-  mesh = get_mesh()
-  if mesh is None:
-    raise ValueError(
-        f"{what}: a bare PartitionSpec {s!r} needs a mesh to name: call it inside "
-        "`with set_mesh(mesh):`, or pass NamedSharding(mesh, spec).")
-  return NamedSharding(mesh, s if isinstance(s, PartitionSpec) else P(*s))
 

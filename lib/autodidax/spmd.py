@@ -18,6 +18,7 @@ JAX does this in jax/_src/interpreters/pxla.py.
 from __future__ import annotations
 
 import itertools
+import re
 import sys
 import weakref
 
@@ -354,7 +355,6 @@ COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "collective-permute
 def collectives_in(hlo_text: str) -> list[str]:
   """The kinds of collective in a partitioned HLO program, each once, sorted:
   the communication XLA's partitioner inserted (or shard_map asked for)."""
-  import re
   found = re.findall(r"\b(" + "|".join(COLLECTIVES) + r")(?:-start)?\(", hlo_text)
   return sorted(set(found))
 

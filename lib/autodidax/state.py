@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import core, effects, lax
+from . import core, effects
+from . import primitives as lax
 from .core import Primitive, ShapedArray, Tracer, abstract_eval_rules, impl_rules
 from .jaxpr import ClosedJaxpr, Jaxpr, Lit, pp_eqn_rules, pp_params_rules
 

@@ -28,3 +28,13 @@ def cache_by_jaxpr(fn):
       per_jaxpr[args] = fn(jaxpr, *args)
     return per_jaxpr[args]
   return cached
+
+
+def not_in_autodidax(module: str, name: str) -> AttributeError:
+  """The error for a JAX function that autodidax leaves out."""
+  if name.startswith("__"):
+    return AttributeError(f"module {module!r} has no attribute {name!r}")
+  return AttributeError(
+      f"{module}.{name} is not in autodidax: it implements only the part of "
+      f"{module} that the course needs. Write it from the primitives that are "
+      "here, or use JAX itself.")

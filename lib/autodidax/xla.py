@@ -12,12 +12,13 @@ import weakref
 
 import numpy as np
 
-from . import ad, batching, core, lowering, parallel, runtime
+from . import ad, batching, core, lowering, runtime
 from .api_util import shaped_abstractify, split_static
 from .effects import is_ordered
 from .flop_count import flops_call_rules
 from .core import (Primitive, ShapedArray, Tracer, abstract_eval_rules, array_types,
                    impl_rules, raise_to_shaped)
+from .sharding_rules import keep_body_types
 from .jaxpr import ClosedJaxpr, Jaxpr, typecheck_jaxpr
 from .partial_eval import closed_to_call_jaxpr, trace_to_jaxpr_dynamic
 from .tree_util import LEAF, flatten_fun, tree_flatten, tree_unflatten
@@ -172,6 +173,7 @@ def _xla_call_abstract_eval(*in_avals, jaxpr: Jaxpr, num_consts: int, **params):
 
 
 abstract_eval_rules[xla_call_p] = _xla_call_abstract_eval
+keep_body_types(xla_call_p)   # its results' types, shardings included, are its body's
 
 
 def _xla_call_lowering(ctx, *args, jaxpr: Jaxpr, num_consts: int, **params):
@@ -330,7 +332,7 @@ class jit:
     args_flat, in_tree = tree_flatten(dyn_args)
     in_avals = tuple(shaped_abstractify(x) for x in args_flat)
     # The named axes in scope are part of the key: pmean(x, 'i') divides by 'i's size.
-    key = (in_tree, in_avals, _static_key(statics), parallel.bound_axes())
+    key = (in_tree, in_avals, _static_key(statics), batching.bound_axes())
     traced = self._cache.get(key)
     if traced is None:
       flat_fun, out_tree = flatten_fun(fun_dyn, in_tree)
@@ -367,7 +369,7 @@ class jit:
     traced, args_flat = self._specialize(args, kwargs)
     outs = xla_call_p.bind(*traced.consts, *args_flat, **self._params(traced))
     if (sig is not None and not any(isinstance(c, Tracer) for c in traced.consts)
-        and not parallel.bound_axes() and traced.mesh is None):
+        and not batching.bound_axes() and traced.mesh is None):
       self._fast[sig] = traced, {}   # next time, take the fast path
     return tree_unflatten(traced.out_tree, outs)
 
@@ -543,7 +545,3 @@ def _xla_call_transpose(cts, *invals, jaxpr, num_consts, **params):
 
 ad.transpose_rules[xla_call_p] = _xla_call_transpose
 
-
-# Arrays get the same operators as tracers: `a + b` on device arrays binds add.
-from .numpy import install_tracer_methods   # noqa: E402
-install_tracer_methods(Array)

@@ -300,7 +300,7 @@ M6_AXES = [None, None, "data", "model"]   # whole as often as cut
 
 
 @probe("M.6", answers=("dot_general_sharding_rule",),
-       removes={"autodidax.sharding_rules:_dot_general_rule": "dot_general_sharding_rule"})
+       removes={"autodidax.sharding_rules:dot_general_rule": "dot_general_sharding_rule"})
 def probe_M_6(p, dot_general_sharding_rule):
   mesh = _mesh(p, (4, 2), ("data", "model"))
 

@@ -13,12 +13,13 @@ jaxprs as parameters, like `xla_call` does for `jit`:
 
 Every transformation meets them through rules, and each rule transforms the
 inner jaxprs and binds a new equation. As in jax/_src/lax/control_flow/:
-`common` holds what they share (closure conversion, and two small
-first-order primitives, `select_n` and `clamp`), `conditionals` cond and
-switch, `loops` while and scan. Each registers its FLOPS rule with the
+`common` holds what they share (closure conversion, lowering regions),
+`conditionals` cond and switch, `loops` while and scan. (`select_n` and
+`clamp`, which they use, are first-order primitives: autodidax.primitives.) Each registers its FLOPS rule with the
 counter, `autodidax.flop_count`, like its other rules.
 """
-from .common import clamp, clamp_p, join_consts, select_n, select_n_p  # noqa: F401
+from ..primitives import clamp, clamp_p, select_n, select_n_p  # noqa: F401
+from .common import join_consts  # noqa: F401
 from .conditionals import cond, cond_p, switch  # noqa: F401
 from .loops import (WhileLoopReverseModeError, fori_loop, scan, scan_p,  # noqa: F401
                     while_loop, while_p)

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import ad, batching, lax, lowering
+from .. import ad, batching, lowering
+from .. import primitives as lax
 from ..flop_count import flops_call_rules
 from .. import partial_eval as pe
 from ..ad import Zero, instantiate_zeros, jvp_jaxpr, transpose_jaxpr
@@ -11,13 +12,15 @@ from ..api_util import shaped_abstractify
 from ..batching import batch_jaxpr, named_axis_rule, not_mapped
 from ..core import (Primitive, abstract_eval_rules, get_aval, impl_rules,
                     raise_to_shaped)
+from ..sharding_rules import keep_body_types
 from ..effects import is_ordered
 from ..jaxpr import Jaxpr, JaxprEqn, Var, eval_jaxpr
 from ..lowering import mlir_type
 from ..tree_util import tree_flatten, tree_unflatten
-from .common import (as_closed, at_axis0, avals_str, clamp, is_float, join_consts, layout,
+from ..primitives import clamp, select_n
+from .common import (as_closed, at_axis0, avals_str, is_float, join_consts, layout,
                      lower_region, nonzero_mask, result_names, return_op, same_type,
-                     select_n, trace_flat, trace_tree, zeros_of)
+                     trace_flat, trace_tree, zeros_of)
 
 
 # --- cond and switch ---------------------------------------------------------------------------
@@ -124,6 +127,7 @@ def _cond_abstract_eval(index, *args, branches):
 impl_rules[cond_p] = _cond_impl
 flops_call_rules[cond_p] = _cond_impl   # with a `run` that counts: the branch taken
 abstract_eval_rules[cond_p] = _cond_abstract_eval
+keep_body_types(cond_p)   # its results' types, shardings included, are its body's
 
 
 def _cond_jvp(primals, tangents, *, branches):

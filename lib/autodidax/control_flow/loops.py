@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import ad, batching, lax, lowering
+from .. import ad, batching, lowering
+from .. import primitives as lax
 from ..flop_count import flops_call_rules
 from .. import partial_eval as pe
 from ..ad import Zero, instantiate_zeros, jvp_jaxpr
@@ -11,14 +12,16 @@ from ..api_util import shaped_abstractify
 from ..batching import batch_jaxpr, move_batch_axis, named_axis_rule, not_mapped
 from ..core import (Primitive, ShapedArray, Tracer, abstract_eval_rules, get_aval,
                     impl_rules, raise_to_shaped)
+from ..sharding_rules import keep_body_types
 from ..effects import is_ordered
 from ..jaxpr import Jaxpr, JaxprEqn, Var, eval_jaxpr
 from ..lowering import mlir_type
-from ..sharding import NamedSharding, P
+from ..named_sharding import NamedSharding, P
+from ..primitives import select_n
 from ..tree_util import tree_flatten, tree_unflatten
 from .common import (avals_str, as_closed, carry_out, convert_leaves, is_float, layout,
                      nonzero_mask, permute_invars, lower_region, result_names, return_op,
-                     same_type, at_axis0, trace_flat, trace_tree, weak_fix, select_n)
+                     same_type, at_axis0, trace_flat, trace_tree, weak_fix)
 
 
 # --- Which carries: the fixpoint every loop rule needs --------------------------------------------
@@ -147,6 +150,7 @@ def _while_abstract_eval(*args, cond_jaxpr, body_jaxpr, cond_nconsts, body_ncons
 impl_rules[while_p] = _while_impl
 flops_call_rules[while_p] = _while_impl   # with a `run` that counts: every trip
 abstract_eval_rules[while_p] = _while_abstract_eval
+keep_body_types(while_p)   # its results' types, shardings included, are its body's
 
 
 def _while_jvp(primals, tangents, *, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts):
@@ -450,6 +454,7 @@ def _unstacked(x):
 impl_rules[scan_p] = _scan_impl
 flops_call_rules[scan_p] = _scan_impl   # with a `run` that counts: every iteration
 abstract_eval_rules[scan_p] = _scan_abstract_eval
+keep_body_types(scan_p)   # its results' types, shardings included, are its body's
 
 
 def _scan_jvp(primals, tangents, *, jaxpr, num_consts, num_carry, length, reverse):

@@ -57,7 +57,7 @@ class Recording:
 
 
 def stepper_widget(rec, max_frames: int, what: str):
-  import ipywidgets as w
+  import ipywidgets as w   # deferred: a widget library, loaded only when a widget is drawn
   lines = rec.lines()
   n = min(len(lines), max_frames)
   if n == 0:

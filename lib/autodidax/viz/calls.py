@@ -1,6 +1,8 @@
 """Tracing calls: a decorator that prints who calls which rule, with what."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .. import core
@@ -75,7 +77,6 @@ def trace(name: str):
   The indentation is restored when the function raises. `viz.tracing(False)`
   silences it; `viz.trace_note(msg)` prints a note at the current indentation.
   """
-  import functools
 
   def decorate(fun):
     @functools.wraps(fun)

@@ -5,13 +5,12 @@ import html
 import textwrap
 from contextlib import contextmanager
 
-from .. import core
+from .. import core, stackless as sl
 from .binds import stepper_widget
 from .draw import HIGHLIGHT, digraph, panes_html, short, svg_html, trace_color
 
 
 def _sl_short(x) -> str:
-  from .. import stackless as sl
   if isinstance(x, core.Tracer) and isinstance(x._trace, sl.Trace):
     return f"{type(x).__name__}#{x._trace.serial}<{x.aval.str_short()}>"
   return short(x)
@@ -90,7 +89,6 @@ class DispatchRecording:
 @contextmanager
 def record_dispatch():
   """Record every bind that autodidax.stackless dispatches inside the block."""
-  from .. import stackless as sl
   rec = DispatchRecording()
   roots: list = [None]
 

@@ -29,7 +29,7 @@ def trace_color(trace_type) -> str:
 def digraph(alt: str, **attrs):
   """A graph whose name is `alt`, a sentence saying what it shows: graphviz
   writes it as the SVG's <title>, which the book uses as the picture's alt text."""
-  import graphviz
+  import graphviz   # deferred: loaded only when a picture is drawn (an optional dependency)
   if shutil.which("dot") is None:   # e.g. the venv's graphviz-pure shim, not on PATH
     here = os.path.dirname(sys.executable)
     if os.path.exists(os.path.join(here, "dot")):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from .. import core
+from ..dtypes import LATTICE
 from .draw import digraph
 
 
@@ -9,7 +10,6 @@ def dtype_lattice():
   """JAX's type-promotion lattice (autodidax.dtypes.LATTICE), lowest at the
   bottom: two dtypes promote to the lowest node above both. The weak types
   of Python scalars are dashed."""
-  from ..dtypes import LATTICE
   name = lambda n: n if isinstance(n, str) else core.dtype_short(n)
   g = digraph("JAX's type-promotion lattice: each dtype points to the types it "
               "promotes to; two dtypes promote to the lowest type above both", rankdir="BT")

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import re
 
+from .. import effects
+from ..api import make_jaxpr
+from ..jaxpr import Jaxpr, Lit, VarNames, pp_eqn
+from ..state import (AbstractRef, addupdate_p, discharge_if_stateful, discharge_state, get_p,
+                     new_ref_p, swap_p)
 from .draw import HIGHLIGHT, digraph, titled
 from .jaxprs import eqn_label, jaxpr_alt, jaxpr_graph, jaxpr_graph_nested
 from .panes import Columns, SideBySide, explorer
@@ -60,9 +65,6 @@ def token_graph(stablehlo_text: str, title: str | None = None):
 def _state_graph(jaxpr, title: str):
   """A jaxpr's graph with each Ref a cylinder: writes (swap, addupdate) go
   into it, reads (get) come out of it."""
-  from .. import effects
-  from ..jaxpr import Lit, VarNames
-  from ..state import AbstractRef, addupdate_p, get_p, new_ref_p, swap_p
   names = VarNames()
   alt = jaxpr_alt(jaxpr, names, "A jaxpr with Refs")
   g = digraph(titled(title, alt), rankdir="TB", nodesep="0.2", ranksep="0.3")
@@ -112,8 +114,6 @@ def _state_graph(jaxpr, title: str):
 def discharge_graph(f, *args):
   """`f`'s jaxpr with its Refs (left) and discharged (right): each write
   makes a new value, which the next read takes, as a carry would."""
-  from ..api import make_jaxpr
-  from ..state import discharge_if_stateful
   jaxpr = make_jaxpr(f)(*args).jaxpr
   pure = discharge_if_stateful(jaxpr)
   nested = any(e.params.get("jaxpr") is not None or "branches" in e.params
@@ -127,8 +127,6 @@ def discharge_frames(jaxpr) -> list[tuple[str, str]]:
   """One frame per equation: (the jaxpr with that equation marked, the
   pure jaxpr that discharge has made of the equations so far, whose
   outputs are what each Ref holds at that point)."""
-  from ..jaxpr import Jaxpr, VarNames, pp_eqn
-  from ..state import AbstractRef, discharge_state
   names = VarNames()
   for v in jaxpr.constvars + jaxpr.invars:   # named first, as pp_jaxpr does
     names[v]
@@ -147,7 +145,6 @@ def discharge_frames(jaxpr) -> list[tuple[str, str]]:
 def discharge_stepper(f, *args):
   """A kernel-free widget: pick an equation to see what discharge has made
   so far. Without ipywidgets, every frame, one after the other."""
-  from ..api import make_jaxpr
   jaxpr = make_jaxpr(f)(*args).jaxpr
   frames = discharge_frames(jaxpr)
   titles = ("the jaxpr with Refs", "discharged so far (outputs: what each Ref holds)")

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import html
 
+from ..jaxpr import (ClosedJaxpr, Jaxpr, Lit, VarNames, eqn_params, fmt_literal, has_jaxpr,
+                     pp_param)
 from .draw import (NARROW_COLUMN_PX, WIDE_COLUMN_PX, clip, digraph, natural_width, titled,
                    wrap_words)
 from .panes import ByWidth, Stacked
@@ -10,7 +12,6 @@ from .panes import ByWidth, Stacked
 
 def eqn_label(eqn, names, var_label) -> str:
   """An equation's node: the primitive, its literals, short params, outputs."""
-  from ..jaxpr import Lit, eqn_params, fmt_literal, has_jaxpr, pp_param
   lits = [fmt_literal(x.val) for x in eqn.inputs if isinstance(x, Lit)]
   params = ", ".join(f"{k}={pp_param(v, names, 0)}" for k, v in eqn_params(eqn)
                      if not has_jaxpr(v))
@@ -24,7 +25,6 @@ def eqn_label(eqn, names, var_label) -> str:
 
 
 def jaxpr_alt(jaxpr, names, kind="A jaxpr's dataflow graph") -> str:
-  from ..jaxpr import Lit, fmt_literal
   def atom(x):
     return fmt_literal(x.val) if isinstance(x, Lit) else f"{names[x]}:{x.aval.str_short()}"
   prims = list(dict.fromkeys(e.primitive.name for e in jaxpr.eqns))
@@ -35,7 +35,6 @@ def jaxpr_alt(jaxpr, names, kind="A jaxpr's dataflow graph") -> str:
 
 def jaxpr_graph(jaxpr, title: str | None = None, max_eqns: int = 200):
   """Inputs, constvars, one node per equation (literals shown inline), outputs."""
-  from ..jaxpr import ClosedJaxpr, Lit, VarNames, fmt_literal
   if isinstance(jaxpr, ClosedJaxpr):
     jaxpr = jaxpr.jaxpr
   names = VarNames()
@@ -92,7 +91,6 @@ def jaxpr_graph_nested(jaxpr, title: str | None = None, max_eqns: int = 200,
   enough for a phone): a `Stacked` of graphs, the outer jaxpr first. With
   `chain`, each equation gets a row of its own, in program order, so that a
   jaxpr of many independent equations is as narrow as its widest node."""
-  from ..jaxpr import ClosedJaxpr, Jaxpr, Lit, VarNames, fmt_literal
   if isinstance(jaxpr, ClosedJaxpr):
     jaxpr = jaxpr.jaxpr
   names = VarNames()

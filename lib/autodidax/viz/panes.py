@@ -50,7 +50,7 @@ def explorer(examples: dict, make):
   (anything with an HTML or SVG representation). Every choice is rendered up
   front and the dropdown is linked in the browser.
   """
-  import ipywidgets as w
+  import ipywidgets as w   # deferred: a widget library, loaded only when a widget is drawn
   names = list(examples)
   panes = [w.HTML(as_html(make(examples[n]))) for n in names]
   stack = w.Stack(panes, selected_index=0)

@@ -2,6 +2,10 @@
 into its known and unknown parts."""
 from __future__ import annotations
 
+from .. import partial_eval as pe
+from ..api import jvp, linearize, make_jaxpr, vjp
+from ..core import full_raise, get_aval, new_main, raise_to_shaped
+from ..jaxpr import ClosedJaxpr
 from .draw import clip, digraph, fmt_number, short, titled
 from .jaxprs import jaxpr_graph
 from .panes import Columns
@@ -12,8 +16,6 @@ def partial_eval_graph(f, args, known, title: str | None = None):
   of tracers and recipes it leaves: known values (green) are computed on the
   spot; unknown tracers (orange) point to the recipes that will compute them,
   numbered in the topological order that becomes the jaxpr."""
-  from .. import partial_eval as pe
-  from ..core import full_raise, get_aval, new_main, raise_to_shaped
   pvals = [pe.PartialVal.known(x) if k else pe.PartialVal.unknown(raise_to_shaped(get_aval(x)))
            for x, k in zip(args, known)]
   with new_main(pe.PartialEvalTrace) as main:
@@ -87,8 +89,6 @@ def partial_eval_graph(f, args, known, title: str | None = None):
 
 def unzipping(jaxpr, unknowns, graphs: bool = True):
   """A jaxpr beside its known part (runs now) and unknown part (staged)."""
-  from .. import partial_eval as pe
-  from ..jaxpr import ClosedJaxpr
   if isinstance(jaxpr, ClosedJaxpr):
     assert not jaxpr.consts, "unzipping takes a jaxpr without constants"
     jaxpr = jaxpr.jaxpr
@@ -102,7 +102,6 @@ def unzipping(jaxpr, unknowns, graphs: bool = True):
 def forward_linear_transposed(f, *args):
   """The jvp jaxpr of `f`, its linear part (from linearize), and the transpose
   of that (the vjp's backward pass), side by side."""
-  from ..api import linearize, make_jaxpr, vjp
   n = len(args)
   forward = make_jaxpr(lambda *a: _jvp_pair(f, a[:n], a[n:]))(*args, *args)
   _, f_lin = linearize(f, *args)
@@ -113,5 +112,4 @@ def forward_linear_transposed(f, *args):
 
 
 def _jvp_pair(f, primals, tangents):
-  from ..api import jvp
   return jvp(f, tuple(primals), tuple(tangents))

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import html
 
+from .. import ad_checkpoint as ac
+from ..ad_checkpoint import nothing_saveable, partial_eval_jaxpr_policy
+from ..api import jvp, make_jaxpr
+from ..jaxpr import Jaxpr, Lit, VarNames
 from .draw import clip, digraph, titled
 
 
@@ -21,9 +25,6 @@ def remat_split(f, *args, policy=None):
   tangents unknown. Returns (jvp jaxpr, how many of its inputs are known,
   known part, staged part, number of residuals), with the jvp jaxpr's
   constants made known inputs."""
-  from ..ad_checkpoint import nothing_saveable, partial_eval_jaxpr_policy
-  from ..api import jvp, make_jaxpr
-  from ..jaxpr import Jaxpr
   n = len(args)
   closed = make_jaxpr(lambda *a: jvp(f, a[:n], a[n:]))(*args, *args)
   j = closed.jaxpr
@@ -44,7 +45,6 @@ def remat_graph(f, *args, policy=None, title: str | None = None):
   saved values (orange, dashed), and the linear ones (blue), which the
   backward pass runs transposed. Bold green edges carry the saved values
   (and saved inputs) from the forward pass down."""
-  from ..jaxpr import Lit, VarNames
   jaxpr, n_primal, known, staged, num_res = remat_split(f, *args, policy=policy)
   residuals = known.outvars[len(known.outvars) - num_res:]
   res_set = {v for v in residuals if not isinstance(v, Lit)}
@@ -133,7 +133,6 @@ def remat_graph(f, *args, policy=None, title: str | None = None):
 
 def policy_name(policy) -> str:
   """A policy as the user would write it: `dots_saveable`, `save_only_these_names('h')`."""
-  from .. import ad_checkpoint as ac
   if policy is None:
     return "nothing_saveable (the default)"
   for name, p in vars(ac.checkpoint_policies).items():

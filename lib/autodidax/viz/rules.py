@@ -2,7 +2,7 @@
 parts of a custom function's equation."""
 from __future__ import annotations
 
-from .. import core
+from .. import ad, batching, core, lowering
 from .draw import HIGHLIGHT, digraph, titled
 
 
@@ -20,7 +20,6 @@ TRANSFORMATION_RULES = {
 def rules_graph(prim, title: str | None = None):
   """Transformations on the left, the rule tables they use on the right; a
   rule `prim` has is drawn solid, a missing one dashed (its transformations fail)."""
-  from .. import ad, batching, lowering
   tables = {"impl": core.impl_rules, "abstract eval": core.abstract_eval_rules,
             "lowering": lowering.lowering_rules, "JVP": ad.jvp_rules,
             "transpose": ad.transpose_rules, "batching": batching.vmap_rules}

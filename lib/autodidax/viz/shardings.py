@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 import re
 
+from ..sharding import NamedSharding
 from .draw import HIGHLIGHT, digraph, titled
 from .panes import explorer
 
@@ -112,7 +113,6 @@ def hlo_entry(hlo_text: str, width: int = 110) -> str:
 def sharding_explorer(shape, mesh, specs):
   """A widget: pick a PartitionSpec, see how it lays out an array of `shape`
   on `mesh` (every choice drawn up front, so it works without a kernel)."""
-  from ..sharding import NamedSharding
   return explorer({repr(s): (lambda s=s: sharding_graph(shape, NamedSharding(mesh, s)))
                    for s in specs}, lambda make: make())
 
