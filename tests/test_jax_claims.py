@@ -341,7 +341,7 @@ def test_custom_derivatives_stepper_paragraph_counts_the_steps():
     n = safe_length(v)
     return n, anp.sum(v / anp.where(n > 0., n, 1.) * v_dot)
 
-  anp._where_jitted.clear()   # where's own jit traces afresh, as in the chapter's kernel
+  anp._where_jit.clear_cache()   # where's own jit traces afresh, as in the chapter's kernel
   with viz.record() as rec:   # (after an earlier test's where, its cache skips 2 steps)
     adx.jvp(safe_length, (np.array([3., 4.]),), (np.array([1., 0.]),))
   levels = [e.main.level for e in rec.events]

@@ -1,4 +1,4 @@
-"""A small NumPy-flavoured layer over `autodidax.lax`, like `jax.numpy`.
+"""A small NumPy-flavoured layer over the primitives, like `jax.numpy`.
 
 lax is strict (equal shapes, explicit dtypes); here we add NumPy's habits:
 broadcasting, dtype promotion as JAX does it (its lattice, in

@@ -1,4 +1,4 @@
-"""Devices, meshes and shardings: where each part of an array lives.
+"""Arrays on many devices, with `jax.sharding`'s names: where each part of an array lives.
 
     mesh = make_mesh((4, 2), ("data", "model"))     # 8 devices as a 4 x 2 grid
     s = NamedSharding(mesh, P("data", None))         # rows split over "data"

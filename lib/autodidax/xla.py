@@ -321,6 +321,11 @@ class jit:
     self.__doc__ = getattr(fun, "__doc__", None)
     self.__wrapped__ = fun   # its signature is fun's
 
+  def clear_cache(self):
+    """Forget every traced and compiled version (as JAX's `jit(f).clear_cache()`)."""
+    self._cache.clear()
+    self._fast.clear()
+
   def _specialize(self, args, kwargs=None) -> tuple[_Traced, list]:
     fun_dyn, dyn_args, statics = split_static(self.fun, args, self.static_argnums,
                                               kwargs, self.static_argnames)

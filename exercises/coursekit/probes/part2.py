@@ -52,7 +52,7 @@ def _sizes(p, n):
 
 
 @probe("2.1", answers=("broadcast_abstract_eval",),
-       removes={"autodidax.lax:_broadcast_abstract_eval": "broadcast_abstract_eval"})
+       removes={"autodidax.primitives:_broadcast_abstract_eval": "broadcast_abstract_eval"})
 def probe_2_1(p, broadcast_abstract_eval):
   rule = broadcast_abstract_eval
   with core.abstract_eval_rules.override(lax.broadcast_p, rule):

@@ -61,7 +61,7 @@ def probe_3_1(p, max_lowering):
 
 @probe("3.2", answers=("reduce_max_lowering",),
        removes={"autodidax.lowering:_reduce_max_lowering": "reduce_max_lowering",
-                "autodidax.lowering:_reduce_lowering": None, "autodidax.lax:lowest": None})
+                "autodidax.lowering:_reduce_lowering": None, "autodidax.primitives:lowest": None})
 def probe_3_2(p, reduce_max_lowering):
   r = p.rng
   n, m = (int(k) for k in r.integers(2, 6, size=2))   # the widths of the cases
