@@ -249,15 +249,6 @@ STILL_CLOSING_A_CYCLE = {
     ("numpy", "sharding_rules"),        # einsum's out_sharding=
     ("numpy", "xla"),                   # where as a jit of its own
     ("sharding", "sharding_rules"),     # reshard's canonicalize_sharding
-    ("state", "ad_checkpoint"),         # state's discharge rules for higher-order
-    ("state", "control_flow"),          # primitives, registered in state.py rather
-    ("state", "control_flow.conditionals"),   # than beside each primitive
-    ("state", "control_flow.loops"),
-    ("state", "custom_derivatives"),
-    ("state", "shard_map"),
-    ("state", "sharding"),
-    ("state", "xla"),
-    ("xla", "state"),                   # jit discharges Refs before lowering
 }
 
 
