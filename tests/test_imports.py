@@ -236,23 +236,9 @@ def test_cycle_detector(files, cycle):
   assert (found and [short(m) for m in found]) == cycle, found
 
 
-# --- Counting deferred imports too (book/_ext/source_graph.py) -----------------------------------
+# --- Counting deferred imports too (book/_ext/import_graph.py) ------------------------------------
 # An import inside a function still means that its module needs the other one:
-# a cycle through it is a cycle (issue 42). These are the deferred imports that
-# still close one; each is to go, and none may be added. When one goes, take it
-# off this list (the test says so).
-
-
-STILL_CLOSING_A_CYCLE = {
-    ("state", "ad_checkpoint"),         # state's discharge rules for higher-order
-    ("state", "custom_derivatives"),    # primitives, registered in state.py rather
-                                        # than beside each primitive
-    ("state", "shard_map"),
-    ("state", "sharding"),
-    ("state", "xla"),
-    ("xla", "state"),                   # jit discharges Refs before lowering
-}
-
+# a cycle through it is a cycle (issue 42), and there is none.
 
 def _closing_edges(sources, top):
   edges = source_graph.imports(sources, top)
@@ -273,14 +259,53 @@ def _closing_edges(sources, top):
           if e.deferred and reaches(e.target, e.source)}
 
 
-def test_deferred_imports_close_no_new_cycle():
+def every_import_cycle_message(sources, top="autodidax"):
+  """None, or what a cycle in the full graph (deferred imports counted) is,
+  naming the import that closes it, with its file and line."""
+  edges = source_graph.imports(sources, top)
+  cycle = source_graph.find_cycle(source_graph.graph(edges, sources, top))
+  if cycle is None:
+    return None
+  closing = [e for e in edges if (e.source, e.target) == (cycle[-2], cycle[-1])]
+  return (f"import cycle, counting imports inside functions: {' -> '.join(cycle)}; the "
+          f"last step is {closing[0]}. Move what both sides need below them; an import "
+          "inside a function is no way around a cycle.")
+
+
+def test_no_import_cycle_counting_deferred_imports():
   sources = {str(p.relative_to(LIB)): p.read_text() for p in MODULES}
-  closing = _closing_edges(sources, "autodidax")
-  new = [str(e) for k, e in closing.items() if k not in STILL_CLOSING_A_CYCLE]
-  assert not new, ("a deferred import closes an import cycle: " + "; ".join(new) + ". Move "
-                   "what both sides need below them instead of importing inside a function.")
-  gone = STILL_CLOSING_A_CYCLE - set(closing)
-  assert not gone, f"these no longer close a cycle: take them off STILL_CLOSING_A_CYCLE: {gone}"
+  assert every_import_cycle_message(sources) is None, every_import_cycle_message(sources)
+
+
+def test_library_imports_inside_functions_only_keep_heavy_dependencies_away():
+  """Deferred imports of the library's own modules: none (they'd reach up or
+  dodge a cycle). Deferred imports of others: jax/jaxlib (runtime.py), graphviz
+  and ipywidgets (viz), each with a comment on its line."""
+  sources = {str(p.relative_to(LIB)): p.read_text() for p in MODULES}
+  own = [str(e) for e in source_graph.imports(sources, "autodidax") if e.deferred]
+  assert not own, f"library modules imported inside functions: {own}"
+  heavy = ("jax", "jaxlib", "graphviz", "ipywidgets")
+  for rel, source in sources.items():
+    lines = source.splitlines()
+    for node, deferred in source_graph._import_statements(ast.parse(source)):
+      if not deferred:
+        continue
+      names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+               else [node.module or ""])
+      assert all(n.split(".")[0] in heavy for n in names), (
+          f"{rel}:{node.lineno} imports {names} inside a function: import it at the top")
+      k = node.lineno - 1   # this import, or one of the imports just above it, says why
+      while "#" not in lines[k] and lines[k - 1].strip().startswith(("import ", "from ")):
+        k -= 1
+      assert "#" in lines[k], f"{rel}:{node.lineno}: say in a comment why this import is deferred"
+
+
+def test_cycle_message_names_the_closing_import():
+  files = {"__init__.py": "", "a.py": "from . import b", "b.py": "def f():\n  from . import a\n"}
+  msg = every_import_cycle_message(files, "top")
+  assert "top.a -> top.b -> top.a" in msg and "b.py:2, inside a function" in msg, msg
+  assert every_import_cycle_message({"__init__.py": "", "a.py": "from . import b",
+                                     "b.py": ""}, "top") is None
 
 
 def test_deferred_cycle_detector():

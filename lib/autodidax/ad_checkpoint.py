@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import ad, batching, core, lowering
+from . import ad, batching, core, lowering, state
 from . import primitives as lax
 from . import partial_eval as pe
 from .ad import jvp_jaxpr, transpose_jaxpr
@@ -42,7 +42,7 @@ from .flop_count import flops_call_rules, flops_rules
 from .jaxpr import Jaxpr, JaxprEqn, Var, eval_jaxpr
 from .effects import has_effects
 from .tree_util import flatten_fun, tree_flatten, tree_map, tree_unflatten
-from .xla import xla_call_p
+from .xla import discharge_call, xla_call_p
 
 remat_p = Primitive("remat", multiple_results=True)
 name_p = Primitive("name")
@@ -285,6 +285,10 @@ lowering.lowering_rules[remat_p] = _remat_lowering
 # FLOPS: a remat costs what its jaxpr costs when it runs, recomputation
 # included: its impl, with a `run` that counts.
 flops_call_rules[remat_p] = _remat_impl
+# Discharge: a Ref the body uses goes in as its value and comes out after the
+# outputs, as for a jit (xla.discharge_call).
+state.discharge_rules[remat_p] = discharge_call
+state.call_params[remat_p] = lambda eqn, body, n_consts, refs: {**eqn.params, "jaxpr": body}
 
 
 # --- Partial evaluation with a policy -----------------------------------

@@ -27,7 +27,7 @@ import inspect
 
 import numpy as np
 
-from . import ad, batching, core, lowering, stackless
+from . import ad, batching, core, effects, lowering, stackless, state
 from . import primitives as lax
 from . import partial_eval as pe
 from .ad import Zero, instantiate_zeros
@@ -903,6 +903,57 @@ class BatchedBwd:
 lowering.lowering_rules[custom_vjp_call_p] = _custom_call_lowering
 flops_call_rules[custom_vjp_call_p] = _custom_call_flops
 pp_params_rules[custom_vjp_call_p] = _pp_custom_call({})
+
+
+# --- custom_jvp and custom_vjp bodies may read a Ref, not write it ---------------------------
+
+def _discharge_custom_call(eqn, vals, env):
+  """A custom function's body reads a Ref it closes over: the call again,
+  its body and rule reading the Ref's current value, passed in its place. A
+  write isn't discharged: the rule can't say how the Ref's value changes (JAX
+  doesn't discharge custom_jvp_call at all)."""
+  p = eqn.params
+  _read_only(p["call_jaxpr"].jaxpr, p["name"])
+  body, _ = state.discharged_body(p["call_jaxpr"].jaxpr, p["name"])
+  body = ClosedJaxpr(_without_finals(body, p["call_jaxpr"].jaxpr), [])
+  rule = "jvp_jaxpr_fun" if "jvp_jaxpr_fun" in p else "fwd"
+  return eqn.primitive.bind(*vals, **{**p, "call_jaxpr": body,
+                                      rule: ReadOnlyRule(p[rule], p["name"])})
+
+
+def _read_only(jaxpr: Jaxpr, name: str):
+  if any(isinstance(e, (effects.WriteEffect, effects.AccumEffect)) for e in jaxpr.effects):
+    raise NotImplementedError(
+        f"The custom function {name} writes a Ref it closes over, which its rule can't "
+        "account for: write the Ref outside the custom function, passing in its value.")
+
+
+def _without_finals(new: Jaxpr, old: Jaxpr) -> Jaxpr:
+  return Jaxpr(new.constvars, new.invars, new.eqns, new.outvars[:len(old.outvars)])
+
+
+class ReadOnlyRule:
+  """A custom rule (`jvp_jaxpr_fun` or `fwd`) whose jaxpr reads Refs of its
+  closure: the same rule, reading their values instead."""
+
+  def __init__(self, rule, name):
+    self.rule, self.name, self._jaxprs = rule, name, {}
+
+  def __repr__(self):
+    return repr(self.rule)
+
+  def __call__(self, zeros: tuple):
+    if zeros not in self._jaxprs:
+      jaxpr, consts, *rest = self.rule(zeros)
+      _read_only(jaxpr, self.name)
+      new, _ = state.discharged_body(jaxpr, self.name)
+      self._jaxprs[zeros] = (_without_finals(new, jaxpr), consts, *rest)
+    return self._jaxprs[zeros]
+
+
+for _p in (custom_jvp_call_p, custom_vjp_call_p):
+  state.discharge_rules[_p] = _discharge_custom_call
+  effects.inner_jaxprs[_p] = lambda params: [(params["call_jaxpr"], 0)]
 
 
 # --- custom_lin: a linear map known by its transpose ----------------------

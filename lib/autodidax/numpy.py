@@ -13,7 +13,7 @@ import math
 
 import numpy as _np
 
-from . import dtypes
+from . import dtypes, state
 from . import primitives as lax
 from . import core
 from .core import ConcretizationError, Tracer, is_array
@@ -881,6 +881,7 @@ def install_tracer_methods(cls):
 
 
 install_tracer_methods(Tracer)
+state.install_ref_indexing(Tracer)   # `ref[...]` on a traced Ref reads it, `ref[i] = v` writes it
 install_tracer_methods(Array)   # device arrays: `a + b` binds add, as on tracers
 Tracer.__iter__ = _iter   # (device Arrays iterate over their fetched values)
 

@@ -20,7 +20,7 @@ import math
 from contextlib import contextmanager
 
 
-from . import ad, batching, lowering, parallel, runtime, spmd
+from . import ad, batching, lowering, parallel, runtime, spmd, state
 from . import primitives as lax
 from . import partial_eval as pe
 from .api_util import shaped_abstractify
@@ -34,6 +34,7 @@ from .sharding import AxisType, Mesh, NamedSharding, P, PartitionSpec, type_shar
 from .sharding_rules import KEEP
 from .tree_util import broadcast_prefix, flatten_fun, tree_flatten, tree_unflatten
 from .util import cache_by_jaxpr
+from .xla import discharge_call
 
 shard_map_p = Primitive("shard_map", multiple_results=True)
 
@@ -538,3 +539,17 @@ for _p in (parallel.psum_p, parallel.pmax_p, parallel.pmin_p, parallel.psum_scat
 for _p in (parallel.all_gather_p, parallel.ppermute_p, parallel.axis_index_p):
   flops_rules[_p] = lambda avals_in, avals_out, **params: 0
 flops_rules[shard_map_p] = _shard_map_flops
+
+
+# --- Discharge: a Ref the body uses goes in as its value, unsharded (xla.discharge_call) -----------
+
+def _shard_map_params(eqn, body, n_consts, refs):
+  p = eqn.params
+  ins = p["in_specs"]
+  return {**p, "jaxpr": body, "in_specs": (PartitionSpec(),) * n_consts + tuple(ins),
+          "out_specs": tuple(p["out_specs"]) + tuple(
+              s for s, x in zip(ins, eqn.inputs) if isinstance(x.aval, state.AbstractRef))}
+
+
+state.discharge_rules[shard_map_p] = discharge_call
+state.call_params[shard_map_p] = _shard_map_params

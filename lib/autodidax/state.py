@@ -14,7 +14,8 @@ import numpy as np
 from . import core, effects
 from . import primitives as lax
 from .core import Primitive, ShapedArray, Tracer, abstract_eval_rules, impl_rules
-from .jaxpr import ClosedJaxpr, Jaxpr, Lit, pp_eqn_rules, pp_params_rules
+from .jaxpr import Jaxpr, Lit, eval_jaxpr, pp_eqn_rules, pp_params_rules
+from .partial_eval import DynamicJaxprTrace, trace_to_jaxpr_dynamic
 
 
 class AbstractRef:
@@ -165,7 +166,6 @@ def new_ref(x):
 
 
 def _staging(args) -> bool:
-  from .partial_eval import DynamicJaxprTrace
   return core.find_top_trace(args).main.trace_type is DynamicJaxprTrace
 
 
@@ -284,8 +284,11 @@ impl_rules[addupdate_p] = _impl_addupdate
 
 # --- Indexing a traced Ref, as `ref[...]`, `ref[i] = v`, `ref[...] += v` ----------------------
 
-def _install_tracer_indexing():
-  getitem, setitem = Tracer.__getitem__, getattr(Tracer, "__setitem__", None)
+def install_ref_indexing(cls):
+  """`ref[...]` on a traced Ref reads it, `ref[i] = v` writes it; any other
+  tracer keeps the indexing `cls` has (autodidax.numpy calls this after it
+  gives tracers their NumPy methods)."""
+  getitem, setitem = cls.__getitem__, getattr(cls, "__setitem__", None)
 
   def __getitem__(self, idx):
     return get(self, idx) if isinstance(self.aval, AbstractRef) else getitem(self, idx)
@@ -296,10 +299,7 @@ def _install_tracer_indexing():
         raise TypeError("arrays are immutable: use x.at[idx].set(v), or a Ref")
       return setitem(self, idx, val)
     swap(self, idx, val)
-  Tracer.__getitem__, Tracer.__setitem__ = __getitem__, __setitem__
-
-
-_install_tracer_indexing()
+  cls.__getitem__, cls.__setitem__ = __getitem__, __setitem__
 
 
 # --- Printing as JAX does: `c:f32[3] <- b[...]`, `b[0] <- d`, `b[...] += d` ------------------
@@ -347,7 +347,7 @@ def discharge_if_stateful(jaxpr: Jaxpr, name: str = "jit_fun",
   """`jaxpr` itself if it has no Refs inside, else its discharged form. With
   `ref_inputs_ok` (a jit traced inside another's trace), a jaxpr that takes a
   Ref, closed over from outside, stays as it is: the outer jaxpr's discharge
-  discharges it whole (`_discharge_call`)."""
+  discharges it whole (`xla.discharge_call`)."""
   for x in jaxpr.outvars:
     if isinstance(x.aval, AbstractRef):   # JAX's error, and its kind
       raise ValueError(f"function {name} traced for jit returned a mutable array "
@@ -373,7 +373,6 @@ def discharge_state(jaxpr: Jaxpr):
   """A pure jaxpr for `jaxpr` (constvars then invars become its inputs): each
   Ref input becomes a value input, and its final value an extra output,
   after the original outputs. Returns (jaxpr, consts)."""
-  from .partial_eval import trace_to_jaxpr_dynamic
   ins = jaxpr.constvars + jaxpr.invars
   ref_ins = [i for i, v in enumerate(ins) if isinstance(v.aval, AbstractRef)]
   in_avals = [v.aval.inner_aval if isinstance(v.aval, AbstractRef) else v.aval for v in ins]
@@ -440,20 +439,21 @@ discharge_rules[swap_p] = _discharge_swap
 discharge_rules[addupdate_p] = _discharge_addupdate
 
 
-# --- Discharge through control flow: a Ref a body reads or writes becomes a carry ------------
+# --- Discharge through control flow and calls: helpers for the rules beside each
+# higher-order primitive (control_flow, xla, ad_checkpoint, custom_derivatives,
+# shard_map). A Ref a body reads or writes becomes a carry, or an extra output.
 
-def _run_discharged(closed, args, inputs):
+def run_discharged(closed, args, inputs):
   """Run a (closed) inner jaxpr discharged: `args` hold its Refs' values,
   `inputs` are the outer variables passed to its inputs (after its consts).
   Returns (outputs, the Refs' final values in input order)."""
-  from .jaxpr import eval_jaxpr
   j, consts = getattr(closed, "jaxpr", closed), getattr(closed, "consts", [])
-  new, new_consts = discharge_state(_dealias(j, [None] * len(j.constvars) + list(inputs)))
+  new, new_consts = discharge_state(dealias(j, [None] * len(j.constvars) + list(inputs)))
   outs = eval_jaxpr(new, new_consts, *consts, *args)
   return outs[:len(j.outvars)], outs[len(j.outvars):]
 
 
-def _dealias(jaxpr: Jaxpr, inputs) -> Jaxpr:
+def dealias(jaxpr: Jaxpr, inputs) -> Jaxpr:
   """`jaxpr` where a Ref input that is the same outer Ref (`inputs`) as an
   earlier one is read and written as that one: one Ref, not two copies."""
   ins, first, same = jaxpr.constvars + jaxpr.invars, {}, {}
@@ -468,7 +468,7 @@ def _dealias(jaxpr: Jaxpr, inputs) -> Jaxpr:
   return Jaxpr(jaxpr.constvars, jaxpr.invars, eqns, jaxpr.outvars)
 
 
-def _ref_slots(eqn, positions):
+def ref_slots(eqn, positions):
   """The distinct Ref variables among the inputs at `positions`."""
   refs = []
   for i in positions:
@@ -478,11 +478,11 @@ def _ref_slots(eqn, positions):
   return refs
 
 
-def _substitute(inputs, vals, refs, ref_vals):
+def substitute(inputs, vals, refs, ref_vals):
   return [ref_vals[refs.index(x)] if x in refs else v for x, v in zip(inputs, vals)]
 
 
-def _updated(inputs, refs, ref_vals, finals):
+def updated(inputs, refs, ref_vals, finals):
   """Each Ref's value after a discharged body returned `finals` (one per
   Ref input, in order)."""
   ref_vals, seen = list(ref_vals), set()
@@ -492,84 +492,9 @@ def _updated(inputs, refs, ref_vals, finals):
   return ref_vals
 
 
-def _discharge_scan(eqn, vals, env):
-  from .control_flow import scan
-  p = eqn.params
-  nc, ncar = p["num_consts"], p["num_carry"]
-  if any(isinstance(x.aval, AbstractRef) for x in eqn.inputs[nc:]):
-    raise NotImplementedError("scan: a Ref may be closed over, not carried or scanned over")
-  refs = _ref_slots(eqn, range(nc))
-  consts_in = eqn.inputs[:nc]
-
-  def body(state, xs):
-    ref_vals, carry = state
-    args = _substitute(consts_in, vals[:nc], refs, ref_vals) + list(carry) + list(xs)
-    outs, finals = _run_discharged(p["jaxpr"], args, eqn.inputs)
-    return (_updated(consts_in, refs, ref_vals, finals), outs[:ncar]), outs[ncar:]
-  (ref_vals, carry), ys = scan(body, ([env[r] for r in refs], vals[nc:nc + ncar]),
-                               vals[nc + ncar:], length=p["length"], reverse=p["reverse"])
-  env.update(zip(refs, ref_vals))
-  return list(carry) + list(ys)
-
-
-def _discharge_while(eqn, vals, env):
-  from .control_flow import while_loop
-  p = eqn.params
-  nc, nb = p["cond_nconsts"], p["body_nconsts"]
-  if any(isinstance(x.aval, AbstractRef) for x in eqn.inputs[nc + nb:]):
-    raise NotImplementedError("while_loop: a Ref may be closed over, not carried")
-  refs = _ref_slots(eqn, range(nc + nb))
-  cin, bin_ = eqn.inputs[:nc], eqn.inputs[nc:nc + nb]
-
-  def cond_fun(state):
-    ref_vals, carry = state
-    outs, _ = _run_discharged(p["cond_jaxpr"],
-                              _substitute(cin, vals[:nc], refs, ref_vals) + list(carry),
-                              cin + eqn.inputs[nc + nb:])
-    return outs[0]
-
-  def body_fun(state):
-    ref_vals, carry = state
-    outs, finals = _run_discharged(
-        p["body_jaxpr"], _substitute(bin_, vals[nc:nc + nb], refs, ref_vals) + list(carry),
-        bin_ + eqn.inputs[nc + nb:])
-    return _updated(bin_, refs, ref_vals, finals), outs
-  ref_vals, carry = while_loop(cond_fun, body_fun, ([env[r] for r in refs], vals[nc + nb:]))
-  env.update(zip(refs, ref_vals))
-  return list(carry)
-
-
-def _discharge_cond(eqn, vals, env):
-  from .control_flow import switch
-  refs = _ref_slots(eqn, range(1, len(eqn.inputs)))
-  ins = eqn.inputs[1:]
-
-  def branch(closed):
-    def run(ref_vals, args):
-      outs, finals = _run_discharged(closed, _substitute(ins, args, refs, ref_vals), ins)
-      return outs, _updated(ins, refs, ref_vals, finals)
-    return run
-  outs, ref_vals = switch(vals[0], [branch(b) for b in eqn.params["branches"]],
-                          [env[r] for r in refs], vals[1:])
-  env.update(zip(refs, ref_vals))
-  return outs
-
-
-# --- Discharge through calls: a Ref a jit, checkpoint or shard_map body uses ----------------
-
-def _discharge_call(eqn, vals, env):
-  """The call again, its body discharged: each Ref it is passed goes in as
-  its value, and its final value comes out after the call's outputs."""
-  refs = _ref_slots(eqn, range(len(eqn.inputs)))
-  body, consts = _discharged(_dealias(eqn.params["jaxpr"], eqn.inputs), eqn.primitive.name)
-  params = call_params[eqn.primitive](eqn, body, len(consts), refs)
-  outs = eqn.primitive.bind(*consts, *vals, **params)
-  n = len(eqn.out_binders)
-  env.update(zip(refs, _updated(eqn.inputs, refs, [None] * len(refs), outs[n:])))
-  return outs[:n]
-
-
-def _discharged(jaxpr: Jaxpr, what: str):
+def discharged_body(jaxpr: Jaxpr, what: str):
+  """A call's body, discharged: (its jaxpr, taking the Refs' values as inputs
+  and returning their final values after its outputs, and its new consts)."""
   new, consts = discharge_state(jaxpr)
   if consts:
     raise AssertionError(f"{what}: discharge made constants")
@@ -580,92 +505,3 @@ def _discharged(jaxpr: Jaxpr, what: str):
 # call of `body`, which returns after its outputs the final value of each
 # Ref input (a Ref passed twice, twice).
 call_params: dict = {}
-
-
-def _xla_call_params(eqn, body, n_consts, refs):
-  if "mesh" in eqn.params:
-    raise NotImplementedError("jit with shardings: a Ref can't cross into its body")
-  return {**eqn.params, "jaxpr": body, "num_consts": eqn.params["num_consts"] + n_consts}
-
-
-def _shard_map_params(eqn, body, n_consts, refs):
-  from .sharding import PartitionSpec
-  p = eqn.params
-  ins = p["in_specs"]
-  return {**p, "jaxpr": body, "in_specs": (PartitionSpec(),) * n_consts + tuple(ins),
-          "out_specs": tuple(p["out_specs"]) + tuple(
-              s for s, x in zip(ins, eqn.inputs) if isinstance(x.aval, AbstractRef))}
-
-
-# --- custom_jvp and custom_vjp bodies may read a Ref, not write it ---------------------------
-
-def _discharge_custom_call(eqn, vals, env):
-  """A custom function's body reads a Ref it closes over: the call again,
-  its body and rule reading the Ref's current value, passed in its place. A
-  write isn't discharged: the rule can't say how the Ref's value changes (JAX
-  doesn't discharge custom_jvp_call at all)."""
-  p = eqn.params
-  _read_only(p["call_jaxpr"].jaxpr, p["name"])
-  body, _ = _discharged(p["call_jaxpr"].jaxpr, p["name"])
-  body = ClosedJaxpr(_without_finals(body, p["call_jaxpr"].jaxpr), [])
-  rule = "jvp_jaxpr_fun" if "jvp_jaxpr_fun" in p else "fwd"
-  return eqn.primitive.bind(*vals, **{**p, "call_jaxpr": body,
-                                      rule: ReadOnlyRule(p[rule], p["name"])})
-
-
-def _read_only(jaxpr: Jaxpr, name: str):
-  if any(isinstance(e, (effects.WriteEffect, effects.AccumEffect)) for e in jaxpr.effects):
-    raise NotImplementedError(
-        f"The custom function {name} writes a Ref it closes over, which its rule can't "
-        "account for: write the Ref outside the custom function, passing in its value.")
-
-
-def _without_finals(new: Jaxpr, old: Jaxpr) -> Jaxpr:
-  return Jaxpr(new.constvars, new.invars, new.eqns, new.outvars[:len(old.outvars)])
-
-
-class ReadOnlyRule:
-  """A custom rule (`jvp_jaxpr_fun` or `fwd`) whose jaxpr reads Refs of its
-  closure: the same rule, reading their values instead."""
-
-  def __init__(self, rule, name):
-    self.rule, self.name, self._jaxprs = rule, name, {}
-
-  def __repr__(self):
-    return repr(self.rule)
-
-  def __call__(self, zeros: tuple):
-    if zeros not in self._jaxprs:
-      jaxpr, consts, *rest = self.rule(zeros)
-      _read_only(jaxpr, self.name)
-      new, _ = _discharged(jaxpr, self.name)
-      self._jaxprs[zeros] = (_without_finals(new, jaxpr), consts, *rest)
-    return self._jaxprs[zeros]
-
-
-def _register_control_flow():
-  from .control_flow import conditionals, loops
-  discharge_rules[loops.scan_p] = _discharge_scan
-  discharge_rules[loops.while_p] = _discharge_while
-  discharge_rules[conditionals.cond_p] = _discharge_cond
-  # A cond's branches take its inputs after the index; a while's jaxprs
-  # take their consts, then the carry.
-  effects.inner_jaxprs[conditionals.cond_p] = lambda params: [
-      (b, 1) for b in params["branches"]]
-  from .ad_checkpoint import remat_p
-  from .custom_derivatives import custom_jvp_call_p, custom_vjp_call_p
-  from .shard_map import shard_map_p
-  from .xla import xla_call_p
-  for p in (xla_call_p, remat_p, shard_map_p):
-    discharge_rules[p] = _discharge_call
-  call_params[xla_call_p] = _xla_call_params
-  call_params[remat_p] = lambda eqn, body, n_consts, refs: {**eqn.params, "jaxpr": body}
-  call_params[shard_map_p] = _shard_map_params
-  for p in (custom_jvp_call_p, custom_vjp_call_p):
-    discharge_rules[p] = _discharge_custom_call
-    effects.inner_jaxprs[p] = lambda params: [(params["call_jaxpr"], 0)]
-  effects.inner_jaxprs[loops.while_p] = lambda params: [
-      (params["cond_jaxpr"], 0), (params["body_jaxpr"], params["cond_nconsts"])]
-
-
-_register_control_flow()

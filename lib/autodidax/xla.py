@@ -12,7 +12,7 @@ import weakref
 
 import numpy as np
 
-from . import ad, batching, core, lowering, runtime
+from . import ad, batching, core, lowering, runtime, state
 from .api_util import shaped_abstractify, split_static
 from .effects import is_ordered
 from .flop_count import flops_call_rules
@@ -122,7 +122,6 @@ _executables = weakref.WeakKeyDictionary()   # jaxpr -> {platform: Executable}
 
 def discharged(jaxpr: Jaxpr, name: str = "jit_fun", ref_inputs_ok: bool = False) -> Jaxpr:
   """`jaxpr` with its `Ref`s made values (autodidax.state), if it has any."""
-  from . import state
   return state.discharge_if_stateful(jaxpr, name, ref_inputs_ok)
 
 
@@ -238,6 +237,31 @@ def transformed(params) -> dict:
   if "in_shardings" not in params:
     return params
   return {k: v for k, v in params.items() if k not in ("in_shardings", "out_shardings")}
+
+
+# --- Discharge: a Ref a jit, checkpoint or shard_map body uses -----------------------------------
+
+def discharge_call(eqn, vals, env):
+  """The call again, its body discharged: each Ref it is passed goes in as
+  its value, and its final value comes out after the call's outputs."""
+  refs = state.ref_slots(eqn, range(len(eqn.inputs)))
+  body, consts = state.discharged_body(state.dealias(eqn.params["jaxpr"], eqn.inputs),
+                                       eqn.primitive.name)
+  params = state.call_params[eqn.primitive](eqn, body, len(consts), refs)
+  outs = eqn.primitive.bind(*consts, *vals, **params)
+  n = len(eqn.out_binders)
+  env.update(zip(refs, state.updated(eqn.inputs, refs, [None] * len(refs), outs[n:])))
+  return outs[:n]
+
+
+def _xla_call_params(eqn, body, n_consts, refs):
+  if "mesh" in eqn.params:
+    raise NotImplementedError("jit with shardings: a Ref can't cross into its body")
+  return {**eqn.params, "jaxpr": body, "num_consts": eqn.params["num_consts"] + n_consts}
+
+
+state.discharge_rules[xla_call_p] = discharge_call
+state.call_params[xla_call_p] = _xla_call_params
 
 
 # --- The user-facing jit ------------------------------------------------------------------

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import ad, batching, lowering
+from .. import ad, batching, effects, lowering, state
 from .. import primitives as lax
 from ..flop_count import flops_call_rules
 from .. import partial_eval as pe
@@ -325,3 +325,26 @@ def _cond_transpose(cts, index, *ops, branches):
 
 
 ad.transpose_rules[cond_p] = _cond_transpose
+
+
+# --- cond: discharge (a Ref a branch reads or writes comes back from every branch) --------------
+
+def _discharge_cond(eqn, vals, env):
+  refs = state.ref_slots(eqn, range(1, len(eqn.inputs)))
+  ins = eqn.inputs[1:]
+
+  def branch(closed):
+    def run(ref_vals, args):
+      args = state.substitute(ins, args, refs, ref_vals)
+      outs, finals = state.run_discharged(closed, args, ins)
+      return outs, state.updated(ins, refs, ref_vals, finals)
+    return run
+  outs, ref_vals = switch(vals[0], [branch(b) for b in eqn.params["branches"]],
+                          [env[r] for r in refs], vals[1:])
+  env.update(zip(refs, ref_vals))
+  return outs
+
+
+state.discharge_rules[cond_p] = _discharge_cond
+# A cond's branches take its inputs after the index.
+effects.inner_jaxprs[cond_p] = lambda params: [(b, 1) for b in params["branches"]]

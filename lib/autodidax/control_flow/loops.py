@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import ad, batching, lowering
+from .. import ad, batching, effects, lowering, state
 from .. import primitives as lax
 from ..flop_count import flops_call_rules
 from .. import partial_eval as pe
@@ -340,6 +340,40 @@ def _while_transpose(cts, *args, **params):
 
 
 ad.transpose_rules[while_p] = _while_transpose
+
+
+# --- while_loop: discharge (a Ref its cond or body closes over becomes a carry) -----------------
+
+def _discharge_while(eqn, vals, env):
+  p = eqn.params
+  nc, nb = p["cond_nconsts"], p["body_nconsts"]
+  if any(isinstance(x.aval, state.AbstractRef) for x in eqn.inputs[nc + nb:]):
+    raise NotImplementedError("while_loop: a Ref may be closed over, not carried")
+  refs = state.ref_slots(eqn, range(nc + nb))
+  cin, bin_ = eqn.inputs[:nc], eqn.inputs[nc:nc + nb]
+
+  def cond_fun(carried):
+    ref_vals, carry = carried
+    outs, _ = state.run_discharged(
+        p["cond_jaxpr"], state.substitute(cin, vals[:nc], refs, ref_vals) + list(carry),
+        cin + eqn.inputs[nc + nb:])
+    return outs[0]
+
+  def body_fun(carried):
+    ref_vals, carry = carried
+    outs, finals = state.run_discharged(
+        p["body_jaxpr"], state.substitute(bin_, vals[nc:nc + nb], refs, ref_vals) + list(carry),
+        bin_ + eqn.inputs[nc + nb:])
+    return state.updated(bin_, refs, ref_vals, finals), outs
+  ref_vals, carry = while_loop(cond_fun, body_fun, ([env[r] for r in refs], vals[nc + nb:]))
+  env.update(zip(refs, ref_vals))
+  return list(carry)
+
+
+state.discharge_rules[while_p] = _discharge_while
+# A while's jaxprs take their consts, then the carry.
+effects.inner_jaxprs[while_p] = lambda params: [
+    (params["cond_jaxpr"], 0), (params["body_jaxpr"], params["cond_nconsts"])]
 
 
 # --- scan ---------------------------------------------------------------------------------------
@@ -747,6 +781,30 @@ def _scan_transpose(cts, *args, jaxpr, num_consts, num_carry, length, reverse):
 
 
 ad.transpose_rules[scan_p] = _scan_transpose
+
+
+# --- scan: discharge (a Ref its body closes over becomes a carry) -------------------------------
+
+def _discharge_scan(eqn, vals, env):
+  p = eqn.params
+  nc, ncar = p["num_consts"], p["num_carry"]
+  if any(isinstance(x.aval, state.AbstractRef) for x in eqn.inputs[nc:]):
+    raise NotImplementedError("scan: a Ref may be closed over, not carried or scanned over")
+  refs = state.ref_slots(eqn, range(nc))
+  consts_in = eqn.inputs[:nc]
+
+  def body(carried, xs):
+    ref_vals, carry = carried
+    args = state.substitute(consts_in, vals[:nc], refs, ref_vals) + list(carry) + list(xs)
+    outs, finals = state.run_discharged(p["jaxpr"], args, eqn.inputs)
+    return (state.updated(consts_in, refs, ref_vals, finals), outs[:ncar]), outs[ncar:]
+  (ref_vals, carry), ys = scan(body, ([env[r] for r in refs], vals[nc:nc + ncar]),
+                               vals[nc + ncar:], length=p["length"], reverse=p["reverse"])
+  env.update(zip(refs, ref_vals))
+  return list(carry) + list(ys)
+
+
+state.discharge_rules[scan_p] = _discharge_scan
 
 
 # --- vmap of dynamic slicing at batched indices: a scan over the batch ---------------------
