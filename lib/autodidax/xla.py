@@ -329,8 +329,10 @@ class jit:
                       "pass tuples instead of lists or arrays") from None
     args_flat, in_tree = tree_flatten(dyn_args)
     in_avals = tuple(shaped_abstractify(x) for x in args_flat)
-    # The named axes in scope are part of the key: pmean(x, 'i') divides by 'i's size.
-    key = (in_tree, in_avals, _static_key(statics), parallel.bound_axes())
+    # The named axes in scope are part of the key: pmean(x, 'i') divides by 'i's size;
+    # so is the context mesh, which a shard_map with no mesh= runs on.
+    key = (in_tree, in_avals, _static_key(statics), parallel.bound_axes(),
+           spmd and spmd.get_mesh())
     traced = self._cache.get(key)
     if traced is None:
       flat_fun, out_tree = flatten_fun(fun_dyn, in_tree)
