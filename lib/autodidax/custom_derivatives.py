@@ -651,7 +651,8 @@ class FwdRuleJaxpr:
     avals = _avals(primals_out)
     if tree != self.out_tree or not all(
         map(_same_type, avals, self.out_avals)):
-      raise TypeError(
+      # JAX: a wrong structure is a TypeError, a wrong shape or dtype a ValueError
+      raise (TypeError if tree != self.out_tree else ValueError)(
           f"{what} returned a primal output of type {_types(tree, avals)}, "
           f"but {self.fun_name} returns "
           f"{_types(self.out_tree, self.out_avals)}; they must be equal.")
@@ -705,7 +706,7 @@ class BwdRule:
       return Zero(aval)
     ct_aval = get_aval(ct)
     if ct_aval.shape != aval.shape:
-      raise TypeError(
+      raise ValueError(   # as JAX's
           f"The custom VJP bwd {self.name} of {self.fun_name} returned a "
           f"cotangent of type {ct_aval.str_short()} for an input of type "
           f"{aval.str_short()}; they must have the same shape.")
