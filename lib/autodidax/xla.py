@@ -515,16 +515,20 @@ def _forward_inputs(jaxpr1, num_res):
 
 
 def _xla_call_partial_eval_jaxpr(unknowns, eqn):
-  """The same split, for an xla_call equation inside a jaxpr being split."""
+  """The same split, for an xla_call equation inside a jaxpr being split. A
+  residual that is one of its known inputs is that input, outside too."""
   jaxpr1, jaxpr2, out_unknowns, num_res = pe.partial_eval_jaxpr(eqn.params["jaxpr"], unknowns)
   ins1 = [x for x, uk in zip(eqn.inputs, unknowns) if not uk]
   ins2 = [x for x, uk in zip(eqn.inputs, unknowns) if uk]
   outs1 = [v for v, uk in zip(eqn.out_binders, out_unknowns) if not uk]
   outs2 = [v for v, uk in zip(eqn.out_binders, out_unknowns) if uk]
-  residuals = [Var(v.aval) for v in jaxpr2.invars[:num_res]]
+  jaxpr1, forwarded = _forward_inputs(jaxpr1, num_res)
+  residuals = [Var(v.aval) if f is None else ins1[f]
+               for v, f in zip(jaxpr2.invars[:num_res], forwarded)]
   params = transformed(eqn.params)
+  computed = [r for r, f in zip(residuals, forwarded) if f is None]
   eqn1 = JaxprEqn(xla_call_p, ins1, dict(params, jaxpr=jaxpr1, num_consts=0),
-                  outs1 + residuals)
+                  outs1 + computed)
   eqn2 = JaxprEqn(xla_call_p, residuals + ins2, dict(params, jaxpr=jaxpr2, num_consts=0),
                   outs2)
   return eqn1, eqn2, out_unknowns, residuals
