@@ -777,6 +777,63 @@ def shard_map_takes_the_mesh_from_context():
 
 
 @case
+def grad_of_a_custom_vjp_function_inside_shard_map():
+  """bwd gets each device's own (varying) cotangent, not its psum, and must give a
+  cotangent that varies as its input does: JAX raises ValueError otherwise."""
+  x, w = f32(8, 2), f32(2)
+  got = []
+  for L in (EO, ET):
+    @(adx.custom_vjp if L is EO else jax.custom_vjp)
+    def f(x, w):
+      return L.np.sin(x) * w
+
+    def fwd(x, w):
+      return f(x, w), (x, w)
+
+    def bwd(psum_w):
+      def rule(r, g):
+        x, w = r
+        gw = L.np.sum(g * L.np.sin(x), axis=0)
+        return g * L.np.cos(x) * w, L.lax.psum(gw, "data") if psum_w else gw
+      return rule
+    f.defvjp(fwd, bwd(True))
+    g = (adx.custom_vjp if L is EO else jax.custom_vjp)(f.fun)
+    g.defvjp(fwd, bwd(False))
+    pcast = adx.lax.pcast if L is EO else jax.lax.pcast
+    cases = {
+        "invariant w": lambda x, w: L.lax.psum(L.np.sum(f(x, w) ** 2), "data"),
+        "w cast to varying": lambda x, w: L.lax.psum(
+            L.np.sum(g(x, pcast(w, "data", to="varying")) ** 2), "data"),
+        "bwd's cotangent of w varies": lambda x, w: L.lax.psum(L.np.sum(g(x, w) ** 2), "data")}
+    xs = put(L, L.m1, x, ("data",))
+    outs = {}
+    with (adx.set_mesh if L is EO else jax.set_mesh)(L.m1):
+      for name, loss in cases.items():
+        sm = L.shard_map(loss, mesh=L.m1, in_specs=(L.P("data"), L.P()), out_specs=L.P())
+        for how, run in [("grad", L.grad(sm, argnums=(0, 1))),
+                         ("jit(grad)", L.jit(L.grad(sm, argnums=(0, 1))))]:
+          try:
+            outs[name, how] = [np.asarray(v) for v in run(xs, w)]
+          except ValueError as e:
+            outs[name, how] = "ValueError"
+            if L is EO:
+              assert "manual axis types do not match" in str(e), e
+      unchecked = L.shard_map(lambda x, w: L.grad(lambda w: L.np.sum(g(x, w) ** 2))(w),
+                              mesh=L.m1, in_specs=(L.P("data"), L.P()),
+                              out_specs=L.P("data"), check_vma=False)
+      outs["each device's own", "check_vma=False"] = [np.asarray(unchecked(xs, w))]
+    got.append(outs)
+  ours, theirs = got
+  assert ours.keys() == theirs.keys()
+  for k in ours:
+    assert (ours[k] == "ValueError") == (theirs[k] == "ValueError"), (k, ours[k], theirs[k])
+    if ours[k] != "ValueError":
+      close(ours[k], theirs[k], rtol=1e-5)
+  assert theirs["bwd's cotangent of w varies", "grad"] == "ValueError"
+  assert theirs["invariant w", "grad"] != "ValueError"
+
+
+@case
 def types_print_as_jax_prints_them():
   seen = []
   for L in (EO, ET):
