@@ -729,6 +729,111 @@ def shard_map_takes_only_arguments_cut_as_in_specs():
 
 
 @case
+def shard_map_takes_the_mesh_from_context():
+  """With no mesh=, shard_map runs on set_mesh's mesh, eagerly and under jit,
+  and as a decorator; with no mesh in context, or a mesh= that isn't the
+  context's, JAX raises ValueError and so do we. The first call settles the
+  mesh, as in JAX; a jit traced under one context mesh is traced again under
+  another."""
+  x, params, y = f32(16, 4), init_mlp(4, 8, 3), f32(16, 3)
+  got = []
+  for L in (EO, ET):
+    set_mesh = adx.set_mesh if L is EO else jax.set_mesh
+    unit = lambda v: v / L.np.sqrt(L.lax.psum(L.np.sum(v * v), "data"))
+    f = L.shard_map(unit, in_specs=L.P("data"), out_specs=L.P("data"))
+
+    @L.shard_map(in_specs=(L.P(), L.P("data"), L.P("data")), out_specs=L.P())
+    def step(p, x, y):   # the data-parallel step, as the JAX docs write it
+      g = L.grad(lambda p: L.lax.pmean(mlp_loss(L, p, x, y), "data"))(p)
+      return sgd(p, g)
+
+    with set_mesh(L.m1):
+      xs, ys = put(L, L.m1, x, ("data",)), put(L, L.m1, y, ("data",))
+      outs = [f(xs), L.jit(f)(xs), L.jit(step)(params, xs, ys), step(params, xs, ys)]
+      types = [jtype(L.typeof(o)) for o in outs[:2]]
+      errors = [_outcome(lambda: L.shard_map(unit, mesh=L.m2, in_specs=L.P("a"),
+                                             out_specs=L.P("a"))(x))]
+    m4 = (adx.make_mesh if L is EO else jax.make_mesh)((4,), ("data",))
+    with set_mesh(m4):
+      errors.append(_outcome(lambda: f(put(L, m4, x, ("data",)))))   # f's mesh is m1's
+    g = L.jit(lambda v: L.shard_map(unit, in_specs=L.P("data"), out_specs=L.P("data"))(v))
+    total = L.jit(lambda v: L.shard_map(lambda v: L.lax.psum(v, "data"), in_specs=L.P(),
+                                        out_specs=L.P())(v))
+    for m in (L.m1, m4, L.m1):   # the same jit, another context mesh: traced again
+      with set_mesh(m):
+        outs += [g(put(L, m, x, ("data",))), total(x)]   # total: 8 x, then 4 x
+        types += [jtype(L.typeof(o)) for o in outs[-2:]]
+    fresh = L.shard_map(unit, in_specs=L.P("data"), out_specs=L.P("data"))
+    errors.append(_outcome(lambda: fresh(xs)))   # no mesh in context
+    got.append((outs, types, errors))
+  (ours, types, errors), (theirs, jtypes, jerrors) = got
+  close(ours, theirs, rtol=1e-5)
+  assert types == jtypes, f"types {types}, JAX's {jtypes}"
+  assert errors == jerrors == ["ValueError"] * 3, f"errors {errors}, JAX's {jerrors}"
+  try:
+    adx.shard_map(lambda v: v, in_specs=P(), out_specs=P())(x)
+  except ValueError as e:
+    assert "context mesh cannot be empty" in str(e) and "set_mesh(mesh)" in str(e), e
+
+
+@case
+def grad_of_a_custom_vjp_function_inside_shard_map():
+  """bwd gets each device's own (varying) cotangent, not its psum, and must give a
+  cotangent that varies as its input does: JAX raises ValueError otherwise."""
+  x, w = f32(8, 2), f32(2)
+  got = []
+  for L in (EO, ET):
+    @(adx.custom_vjp if L is EO else jax.custom_vjp)
+    def f(x, w):
+      return L.np.sin(x) * w
+
+    def fwd(x, w):
+      return f(x, w), (x, w)
+
+    def bwd(psum_w):
+      def rule(r, g):
+        x, w = r
+        gw = L.np.sum(g * L.np.sin(x), axis=0)
+        return g * L.np.cos(x) * w, L.lax.psum(gw, "data") if psum_w else gw
+      return rule
+    f.defvjp(fwd, bwd(True))
+    g = (adx.custom_vjp if L is EO else jax.custom_vjp)(f.fun)
+    g.defvjp(fwd, bwd(False))
+    pcast = adx.lax.pcast if L is EO else jax.lax.pcast
+    cases = {
+        "invariant w": lambda x, w: L.lax.psum(L.np.sum(f(x, w) ** 2), "data"),
+        "w cast to varying": lambda x, w: L.lax.psum(
+            L.np.sum(g(x, pcast(w, "data", to="varying")) ** 2), "data"),
+        "bwd's cotangent of w varies": lambda x, w: L.lax.psum(L.np.sum(g(x, w) ** 2), "data")}
+    xs = put(L, L.m1, x, ("data",))
+    outs = {}
+    with (adx.set_mesh if L is EO else jax.set_mesh)(L.m1):
+      for name, loss in cases.items():
+        sm = L.shard_map(loss, mesh=L.m1, in_specs=(L.P("data"), L.P()), out_specs=L.P())
+        for how, run in [("grad", L.grad(sm, argnums=(0, 1))),
+                         ("jit(grad)", L.jit(L.grad(sm, argnums=(0, 1))))]:
+          try:
+            outs[name, how] = [np.asarray(v) for v in run(xs, w)]
+          except ValueError as e:
+            outs[name, how] = "ValueError"
+            if L is EO:
+              assert "manual axis types do not match" in str(e), e
+      unchecked = L.shard_map(lambda x, w: L.grad(lambda w: L.np.sum(g(x, w) ** 2))(w),
+                              mesh=L.m1, in_specs=(L.P("data"), L.P()),
+                              out_specs=L.P("data"), check_vma=False)
+      outs["each device's own", "check_vma=False"] = [np.asarray(unchecked(xs, w))]
+    got.append(outs)
+  ours, theirs = got
+  assert ours.keys() == theirs.keys()
+  for k in ours:
+    assert (ours[k] == "ValueError") == (theirs[k] == "ValueError"), (k, ours[k], theirs[k])
+    if ours[k] != "ValueError":
+      close(ours[k], theirs[k], rtol=1e-5)
+  assert theirs["bwd's cotangent of w varies", "grad"] == "ValueError"
+  assert theirs["invariant w", "grad"] != "ValueError"
+
+
+@case
 def types_print_as_jax_prints_them():
   seen = []
   for L in (EO, ET):

@@ -623,17 +623,61 @@ def test_bad_jvp_rules_are_reported(bad, match):
   assert core.trace_stack == [core.trace_stack[0]]
 
 
-@pytest.mark.parametrize("fwd,bwd,match", [
-    (lambda x: anp.sin(x), lambda r, g: (g,), "must return a pair"),
-    (lambda x: ((x, x), None), lambda r, g: (g,), "primal output of type"),
-    (lambda x: (anp.sin(x), None), lambda r, g: g, "one cotangent \\(or None\\)"),
-    (lambda x: (anp.sin(x), None), lambda r, g: (np.ones(2),), "same shape"),
+@pytest.mark.parametrize("fwd,bwd,error,match", [
+    (lambda x: anp.sin(x), lambda r, g: (g,), TypeError, "must return a pair"),
+    (lambda x: ((x, x), None), lambda r, g: (g,), TypeError, "primal output of type"),
+    (lambda x: (anp.sin(x), None), lambda r, g: g, TypeError, "one cotangent \\(or None\\)"),
+    (lambda x: (anp.sin(x), None), lambda r, g: (np.ones(2),), ValueError, "same shape"),
 ])
-def test_bad_vjp_rules_are_reported(fwd, bwd, match):
+def test_bad_vjp_rules_are_reported(fwd, bwd, error, match):
   g = adx.custom_vjp(lambda x: anp.sin(x))
   g.defvjp(fwd, bwd)
-  with pytest.raises(TypeError, match=match):
+  with pytest.raises(error, match=match):
     adx.grad(g)(1.)
+
+
+def _wrong_shape(X, np_, where):
+  """A custom_vjp function of f32[3] whose fwd returns a primal of shape (2,), or
+  whose bwd returns a cotangent of shape (2,)."""
+  f = X.custom_vjp(lambda x: np_.sin(x))
+  if where == "fwd":
+    f.defvjp(lambda x: (np_.sin(x)[:2], x), lambda r, g: (g,))
+  else:
+    f.defvjp(lambda x: (np_.sin(x), x), lambda r, g: (g[:2],))
+  return f
+
+
+@pytest.mark.parametrize("where", ["fwd", "bwd"])
+@pytest.mark.parametrize("how", ["grad", "jit_grad", "grad_jit", "vjp_pullback", "vmap_grad"])
+def test_wrong_shapes_from_vjp_rules_raise_valueerror_like_jax(where, how):
+  """JAX 0.10.2 raises ValueError for a cotangent of the wrong shape, and for a
+  primal from fwd of the wrong shape, which reaches bwd as the cotangent's
+  shape; so do we, at once, saying which rule and which types. (JAX checks
+  fwd's primal itself only where the call was staged first, grad of jit, and
+  raises TypeError there; `vjp` alone, with no pullback called, it lets
+  pass. Our custom_vjp_call is typed by the function's jaxpr, so fwd's primal
+  is checked wherever fwd runs.)"""
+  x = np.arange(3, dtype=np.float32) / 3
+  kinds = []
+  for X, np_ in ((jax, jnp), (adx, anp)):
+    f = _wrong_shape(X, np_, where)
+    loss = lambda x: np_.sum(f(x))
+    run = {"grad": lambda: X.grad(loss)(x),
+           "jit_grad": lambda: X.jit(X.grad(loss))(x),
+           "grad_jit": lambda: X.grad(X.jit(loss))(x),
+           "vjp_pullback": lambda: X.vjp(f, x)[1](np.ones(3 if where == "bwd" else 2,
+                                                          np.float32)),
+           "vmap_grad": lambda: X.vmap(X.grad(loss))(np.stack([x, x]))}[how]
+    with pytest.raises(Exception) as e:
+      run()
+    kinds.append(type(e.value))
+  if (where, how) == ("fwd", "grad_jit"):
+    assert kinds[0] is TypeError, kinds   # JAX's one TypeError (above)
+  else:
+    assert issubclass(kinds[0], ValueError), kinds   # JAX's side, against itself
+  assert issubclass(kinds[1], ValueError), kinds
+  assert not issubclass(kinds[1], TypeError)
+  assert core.trace_stack == [core.trace_stack[0]]
 
 
 # --- nondiff_argnums, pytrees, keyword arguments, symbolic zeros --------------------------------

@@ -82,6 +82,82 @@ def test_debug_print_prints_what_jax_prints_in_its_order(capsys, name):
   assert ours == theirs and ours
 
 
+# Formats and arguments, each printed eagerly, under jit, vmap and in a fori_loop.
+FORMATS = {
+    "literal braces after a field": lambda p, x: p("{x} = {{x}}", x=x),
+    "literal braces first": lambda p, x: p("{{}} {}", x),
+    "no placeholders": lambda p, x: p("value:"),
+    "a tuple": lambda p, x: p("t={}", (x, x * 2)),
+    "a list": lambda p, x: p("l={l}", l=[x, x + 1]),
+    "a dict": lambda p, x: p("d={d}", d={"a": x, "b": x + 1}),
+    "pytrees, positional": lambda p, x: p("{} and {}", {"a": x}, [x, (x,)]),
+    "a string, positional": lambda p, x: p("{} {}", "name", x),
+    "static keywords": lambda p, x: p("{n} {s} {x}", n=3, s="str", x=x),
+    "a static float": lambda p, x: p("{} {}", 1.5, x),
+    "indices": lambda p, x: p("{0} {0} {1}", x, x * 2),
+    "an attribute": lambda p, x: p("{x.shape} {x.dtype}", x=x),
+    "a format spec": lambda p, x: p("{x:.2f}", x=x[0]),
+    "an element": lambda p, x: p("{x[1]}", x=x),
+}
+
+
+def _print_under(m, l, how, f):
+  x = X3 / 3
+  if how == "eager":
+    return f(x)
+  if how == "jit":
+    return m.jit(lambda x: (f(x), x)[1])(x)
+  if how == "vmap":
+    return m.vmap(lambda x: (f(x), x)[1])(np.stack([x, x + 1]))
+  return l.fori_loop(0, 2, lambda i, c: (f(c), c + 1)[1], x)   # fori_loop
+
+
+@pytest.mark.parametrize("how", ["eager", "jit", "vmap", "fori_loop"])
+@pytest.mark.parametrize("name", list(FORMATS))
+def test_debug_print_formats_and_arguments_as_jax(capsys, name, how):
+  ours, theirs = both(capsys, lambda m, p, l: _print_under(
+      m, l, how, lambda x: FORMATS[name](p, x)))
+  assert ours == theirs and ours
+
+
+@pytest.mark.parametrize("how", ["jit", "eager", "fori_loop"])
+def test_debug_print_uses_the_print_options_of_when_it_is_traced(capsys, how):
+  """Traced inside np.printoptions(precision=2), run outside it: as JAX."""
+  def make(m, p, l):
+    f = m.jit(lambda x: (p("{} {x}", x, x=x * 2), p("{{}} {}", x), x)[2]) if how == "jit" else (
+        lambda x: l.fori_loop(0, 1, lambda i, c: (p("{}", c), c)[1], x)) if how == "fori_loop" \
+        else (lambda x: p("{}", x))
+    with np.printoptions(precision=2):
+      if how == "eager":
+        return f(X3 / 3)
+      traced = m.jit(f).lower(X3 / 3) if how == "fori_loop" else f.lower(X3 / 3)
+    return traced.compile()(X3 / 3)
+  ours, theirs = both(capsys, make)
+  assert ours == theirs and "0.17" in ours
+
+
+@pytest.mark.parametrize("args,kwargs,error", [
+    (("{}", X3, X3), {}, ValueError),          # an unused positional argument
+    (("{x}",), {"x": X3, "y": X3}, ValueError),   # an unused keyword argument
+    (("value:", X3), {}, ValueError),           # arguments with no placeholder
+    (("nothing",), {"x": X3}, ValueError),
+    (("{} {}", X3), {}, IndexError),            # a missing one: str.format's error
+    (("{y}",), {"x": X3}, KeyError),
+    (("{{x}} = {x}",), {"x": X3}, AssertionError),   # JAX reads no placeholder
+])
+@pytest.mark.parametrize("jitted", [False, True])
+def test_debug_print_refuses_the_formats_jax_refuses(capsys, args, kwargs, error, jitted):
+  for m, p in ((adx, adx.debug.print), (jax, jax.debug.print)):
+    run = lambda: p(*args, **kwargs)   # noqa: E731
+    with pytest.raises(error) as e:
+      m.jit(lambda: run())() if jitted and error is not AssertionError else run()
+      if m is jax:
+        jax.effects_barrier()
+    if m is adx and error is ValueError:
+      assert "Unused" in str(e.value) and "placeholder" in str(e.value), e.value
+  capsys.readouterr()
+
+
 def test_debug_print_under_jit_prints_from_the_compiled_program(capsys):
   f = adx.jit(lambda x: (adx.debug.print("run {}", x), x + 1)[1])
   text = f.lower(np.float32(1)).as_text()

@@ -244,6 +244,24 @@ def test_shard_map_on_a_one_device_mesh():
   assert adx.flops(f)(xs).total == 8   # a multiply and an add per element, one device
 
 
+@pytest.mark.parametrize("value", [1.5, 2, True, np.float32(1.5), np.arange(3)])
+@pytest.mark.parametrize("where", ["default", "device", "named"])
+def test_device_put_keeps_a_python_scalars_weak_type_like_jax(value, where):
+  """device_put of a Python scalar is weakly typed, as in JAX, wherever it goes:
+  so adding a float32 array keeps float32."""
+  mesh, jmesh = adx.make_mesh((1,), ("x",)), jax.make_mesh((1,), ("x",))
+  to = {"default": (None, None), "device": (adx.devices()[0], jax.devices()[0]),
+        "named": (adx.sharding.NamedSharding(mesh, adx.P()),
+                  jax.NamedSharding(jmesh, jax.P()))}[where]
+  ours, theirs = adx.device_put(value, to[0]), jax.device_put(value, to[1])
+  assert adx.typeof(ours).weak_type == jax.typeof(theirs).weak_type, (ours, theirs)
+  f32 = np.ones(3, np.float32)
+  assert (adx.typeof(ours + f32).dtype == jax.typeof(theirs + f32).dtype
+          or isinstance(value, np.ndarray)), (adx.typeof(ours + f32),
+                                                      jax.typeof(theirs + f32))
+  np.testing.assert_allclose(np.asarray(ours), np.asarray(theirs))
+
+
 # --- Pictures -------------------------------------------------------------------------------------
 
 def test_sharding_picture_and_collective_dataflow():

@@ -323,6 +323,12 @@ def transformed_examples():
     scaled = lambda x, y: np_.sin(x) * y   # noqa: E731
     def inner(x):
       return np_.sin(x) * x
+    S = A.checkpoint_policies.everything_saveable
+    sq = lambda v: v * v   # noqa: E731 (its residual is its input)
+    sq_jit = A.custom_jvp(lambda v: A.jit(sq)(v))
+    sq_jit.defjvp(lambda p, t: (sq_jit(p[0]), A.jit(lambda a, b: a * b * 2.)(p[0], t[0])))
+    sq_rule = A.custom_jvp(sq)
+    sq_rule.defjvp(lambda p, t: (sq_rule(p[0]), 2. * p[0] * t[0]))
     return {
         "vmap": (A.vmap(scaled), (x, x)),
         "jit": (A.jit(scaled), (x, x)),
@@ -334,6 +340,20 @@ def transformed_examples():
         "tanh": (lambda x: np_.sum(np_.tanh(x)), (x,)),
         "tanh of tanh": (lambda x: np_.sum(np_.tanh(np_.tanh(x))), (x,)),
         "tanh of a product": (lambda x, y: np_.sum(np_.tanh(x * y) * y), (x, x)),
+        # inside a checkpoint that saves what it can, a residual that is the input of a
+        # jit, a cond or a custom_jvp rule is "from the argument x", as in JAX
+        "a jit inside a checkpoint": (A.checkpoint(lambda x: np_.sin(A.jit(sq)(x)),
+                                                   policy=S), (x,)),
+        "a checkpointed jit": (A.checkpoint(A.jit(sq), policy=S), (x,)),
+        "a cond inside a checkpoint": (A.checkpoint(lambda x: np_.sin(L.cond(
+            x[0] > 0, sq, lambda v: v + v, x)), policy=S), (x,)),
+        "a cond of a Python bool inside a checkpoint": (A.checkpoint(lambda x: np_.sin(
+            L.cond(True, sq, lambda v: v * v * 3., x)), policy=S), (x,)),
+        "a checkpointed custom_jvp function with a jit": (A.checkpoint(sq_jit, policy=S),
+                                                          (x,)),
+        "a custom_jvp rule's operations, inside a checkpoint": (
+            A.checkpoint(lambda x: np_.sin(sq_rule(x)), policy=S), (x,)),
+        "a checkpointed custom_jvp function": (A.checkpoint(sq_rule, policy=S), (x,)),
     }
   ours, theirs = make(adx, anp, lax), make(jax, jnp, jax.lax)
   for name in ours:

@@ -304,6 +304,11 @@ def split_eqn(eqn, unks_in):
   if rule is None:
     return None, eqn, [True] * n
   eqn1, eqn2, unks_out, _ = rule(list(unks_in), eqn)
+  forwarding = pe.residual_forwarding.get(eqn.primitive)
+  if forwarding is not None and eqn1 is not None and eqn2 is not None:
+    inputs = {eqn1.out_binders[k]: eqn1.inputs[j] for k, j in forwarding(eqn1, eqn2).items()}
+    eqn2 = JaxprEqn(eqn2.primitive, [inputs.get(x, x) if type(x) is Var else x
+                                     for x in eqn2.inputs], eqn2.params, eqn2.out_binders)
   return eqn1, eqn2, unks_out
 
 
@@ -544,11 +549,17 @@ class _Sources:
     return self.by_var.get(var, default)
 
   def _source(self) -> str:
+    """The line of f's that made this operation. Under a jaxpr's equation being
+    evaluated, the equation's line, even from code it calls (a custom_jvp rule),
+    as JAX's source_info user_context; else the innermost line of user code."""
     frame = sys._getframe(3)   # above _source, observe and core.hooks._observed
+    user = None
     while frame is not None and frame is not self.boundary:
       filename = str(Path(frame.f_code.co_filename).resolve())
       if not filename.startswith((_LIBRARY, _STDLIB)):
-        return _summarize(frame)
+        user = user or _summarize(frame)
+        frame = frame.f_back
+        continue
       eqn = frame.f_locals.get("eqn")   # a jaxpr's equation being evaluated
       if isinstance(eqn, JaxprEqn) and eqn.out_binders:
         if eqn.out_binders[0] not in self.by_var:
@@ -556,7 +567,7 @@ class _Sources:
         if eqn.out_binders[0] in self.by_var:
           return self.by_var[eqn.out_binders[0]]
       frame = frame.f_back
-    return "" if frame is not None else "unknown"   # no line of f's, as JAX
+    return user or ("" if frame is not None else "unknown")   # no line of f's, as JAX
 
 
 def _summarize(frame) -> str:

@@ -223,7 +223,10 @@ def trace_body(name, fun, args, nondiff: dict):
 
 
 def _tangent_aval(aval) -> ShapedArray:
-  return ShapedArray(aval.shape, aval.dtype)
+  """A tangent's type: its primal's, strong, with the primal's sharding and the
+  mesh axes it varies along (inside shard_map, bwd gets a varying cotangent)."""
+  return ShapedArray(aval.shape, aval.dtype, sharding=getattr(aval, "sharding", None),
+                     vma=getattr(aval, "vma", frozenset()))
 
 
 def _avals(xs) -> list:
@@ -655,7 +658,8 @@ class FwdRuleJaxpr:
     avals = _avals(primals_out)
     if tree != self.out_tree or not all(
         map(_same_type, avals, self.out_avals)):
-      raise TypeError(
+      # JAX: a wrong structure is a TypeError, a wrong shape or dtype a ValueError
+      raise (TypeError if tree != self.out_tree else ValueError)(
           f"{what} returned a primal output of type {_types(tree, avals)}, "
           f"but {self.fun_name} returns "
           f"{_types(self.out_tree, self.out_avals)}; they must be equal.")
@@ -709,10 +713,17 @@ class BwdRule:
       return Zero(aval)
     ct_aval = get_aval(ct)
     if ct_aval.shape != aval.shape:
-      raise TypeError(
+      raise ValueError(   # as JAX's
           f"The custom VJP bwd {self.name} of {self.fun_name} returned a "
           f"cotangent of type {ct_aval.str_short()} for an input of type "
           f"{aval.str_short()}; they must have the same shape.")
+    if ct_aval.vma != aval.vma:   # inside shard_map: the varying mesh axes, as in JAX
+      raise ValueError(
+          f"The custom VJP bwd {self.name} of {self.fun_name} returned a "
+          f"cotangent of type {ct_aval.str_short()} for an input of type "
+          f"{aval.str_short()}: the manual axis types do not match. A cotangent "
+          "varies along the mesh axes its input varies along: psum it over the "
+          "others (or pcast the input to varying before the call).")
     return ct   # another float dtype passes on as it is, as in JAX
 
 

@@ -449,3 +449,7 @@ def typecheck_partial_eval_jaxpr(jaxpr, in_unknowns, out_unknowns, jaxpr1, jaxpr
 
 
 partial_eval_jaxpr_rules: dict = {}   # primitive -> rule(unks_in, eqn)
+# primitive -> rule(eqn1, eqn2) -> {output index of the known equation: its input index}:
+# the outputs that are just inputs, which a split by policy (checkpoint) passes on as
+# they are, as JAX's partial_eval_jaxpr_custom does: the residual is the input.
+residual_forwarding: dict = {}

@@ -30,7 +30,7 @@ from .flop_count import flops_rules
 from .jaxpr import Jaxpr, JaxprEqn, Var, eval_jaxpr
 from .lowering import mlir_type
 from .partial_eval import closed_to_call_jaxpr, trace_to_jaxpr
-from .sharding import AxisType, Mesh, NamedSharding, P, PartitionSpec, type_sharding
+from .sharding import AxisType, Mesh, NamedSharding, P, PartitionSpec, get_mesh, type_sharding
 from .sharding_rules import KEEP
 from .tree_util import broadcast_prefix, flatten_fun, tree_flatten, tree_unflatten
 from .util import cache_by_jaxpr
@@ -158,7 +158,7 @@ def _check_specs(what, specs, avals, mesh):
 
 # --- The user-facing function --------------------------------------------------------------
 
-def shard_map(f, *, mesh: Mesh, in_specs, out_specs, check_vma=True):
+def shard_map(f=None, /, *, in_specs, out_specs, mesh: Mesh | None = None, check_vma=True):
   """Run `f` on every device of `mesh`, each on its slices of the arguments.
 
   `in_specs` is a PartitionSpec per argument (or a pytree prefix of the
@@ -168,9 +168,17 @@ def shard_map(f, *, mesh: Mesh, in_specs, out_specs, check_vma=True):
   spec that leaves out a mesh axis says the output is the same on every
   device along it. With check_vma (the default, as in JAX) the types inside
   track which values vary over which axes, and that promise is checked;
-  with check_vma=False it is trusted.
+  with check_vma=False it is trusted. With no `mesh`, the mesh is the
+  context's (`with set_mesh(mesh):`) at the first call; with no `f`,
+  shard_map is a decorator.
   """
+  if f is None:
+    return lambda f: shard_map(f, in_specs=in_specs, out_specs=out_specs, mesh=mesh,
+                               check_vma=check_vma)
+
   def mapped(*args):
+    nonlocal mesh   # as in JAX, the first call settles it
+    mesh = _the_mesh(mesh)
     args_flat, in_tree = tree_flatten(args)
     try:
       specs_in = tuple(broadcast_prefix(in_specs, args, "in_specs"))
@@ -198,6 +206,26 @@ def shard_map(f, *, mesh: Mesh, in_specs, out_specs, check_vma=True):
     return tree_unflatten(out_tree(), outs)
   mapped.__name__ = f"shard_map({getattr(f, '__name__', 'f')})"
   return mapped
+
+
+def _the_mesh(mesh):
+  """shard_map's mesh: the one it was given, else the context's, as in JAX."""
+  context = get_mesh()
+  if mesh is None:
+    if context is None:
+      raise ValueError("shard_map was given no mesh=, and the context mesh cannot be "
+                       "empty: call it inside `with set_mesh(mesh):` (or call "
+                       "set_mesh(mesh) first), or pass mesh=mesh.")
+    return context
+  if not isinstance(mesh, Mesh):
+    raise TypeError(f"shard_map requires a Mesh (make_mesh(...)) for mesh=, got {mesh!r} "
+                    f"of type {type(mesh).__name__}")
+  abstract = lambda m: (m.axis_names, m.axis_sizes, m.axis_types)
+  if context is not None and abstract(context) != abstract(mesh):
+    raise ValueError(f"The context mesh {context} should match the mesh passed to "
+                     f"shard_map {mesh}: leave out mesh= to use the context's, or call "
+                     "shard_map outside `with set_mesh(...)`.")
+  return mesh
 
 
 def _check_typed_inputs(specs, avals, mesh):

@@ -140,9 +140,7 @@ def device_put(x, device=None):
     device = NamedSharding(Mesh(np.array([device], dtype=object), ("_",)), P())
   if not isinstance(device, NamedSharding):
     raise TypeError(f"device_put: expected a Device or a NamedSharding, got {device!r}")
-  aval = raise_to_shaped(get_aval(x))
-  if isinstance(x, (bool, int, float)):
-    aval = aval.update(weak_type=False)
+  aval = raise_to_shaped(get_aval(x))   # a Python scalar stays weakly typed, as in JAX
   device.spec.padded(aval.ndim)   # checks the rank
   return ShardedArray(shards_for(x, device, aval), aval, device,
                       device.mesh.devices.flat[0].platform)

@@ -28,7 +28,7 @@ from . import core, lowering, runtime, xla
 from .core import raise_to_shaped
 from .effects import effect_rules
 from .jaxpr import ClosedJaxpr, Jaxpr
-from .sharding import NamedSharding, P, ShardedArray, reshard_p, shards_for
+from .sharding import NamedSharding, P, ShardedArray, get_mesh, reshard_p, shards_for
 from .tree_util import broadcast_prefix, tree_flatten, tree_unflatten
 
 

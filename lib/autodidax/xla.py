@@ -20,6 +20,7 @@ from .core import (Primitive, ShapedArray, Tracer, abstract_eval_rules, array_ty
                    impl_rules, raise_to_shaped)
 from .sharding_rules import keep_body_types
 from .jaxpr import ClosedJaxpr, Jaxpr, typecheck_jaxpr
+from .mesh import get_mesh
 from .partial_eval import closed_to_call_jaxpr, trace_to_jaxpr_dynamic
 from .tree_util import LEAF, flatten_fun, tree_flatten, tree_unflatten
 
@@ -360,8 +361,9 @@ class jit:
                       "pass tuples instead of lists or arrays") from None
     args_flat, in_tree = tree_flatten(dyn_args)
     in_avals = tuple(shaped_abstractify(x) for x in args_flat)
-    # The named axes in scope are part of the key: pmean(x, 'i') divides by 'i's size.
-    key = (in_tree, in_avals, _static_key(statics), batching.bound_axes())
+    # The named axes in scope are part of the key: pmean(x, 'i') divides by 'i's size;
+    # so is the context mesh, which a shard_map with no mesh= runs on.
+    key = (in_tree, in_avals, _static_key(statics), batching.bound_axes(), get_mesh())
     traced = self._cache.get(key)
     if traced is None:
       flat_fun, out_tree = flatten_fun(fun_dyn, in_tree)
@@ -544,16 +546,20 @@ def _forward_inputs(jaxpr1, num_res):
 
 
 def _xla_call_partial_eval_jaxpr(unknowns, eqn):
-  """The same split, for an xla_call equation inside a jaxpr being split."""
+  """The same split, for an xla_call equation inside a jaxpr being split. A
+  residual that is one of its known inputs is that input, outside too."""
   jaxpr1, jaxpr2, out_unknowns, num_res = pe.partial_eval_jaxpr(eqn.params["jaxpr"], unknowns)
   ins1 = [x for x, uk in zip(eqn.inputs, unknowns) if not uk]
   ins2 = [x for x, uk in zip(eqn.inputs, unknowns) if uk]
   outs1 = [v for v, uk in zip(eqn.out_binders, out_unknowns) if not uk]
   outs2 = [v for v, uk in zip(eqn.out_binders, out_unknowns) if uk]
-  residuals = [Var(v.aval) for v in jaxpr2.invars[:num_res]]
+  jaxpr1, forwarded = _forward_inputs(jaxpr1, num_res)
+  residuals = [Var(v.aval) if f is None else ins1[f]
+               for v, f in zip(jaxpr2.invars[:num_res], forwarded)]
   params = transformed(eqn.params)
+  computed = [r for r, f in zip(residuals, forwarded) if f is None]
   eqn1 = JaxprEqn(xla_call_p, ins1, dict(params, jaxpr=jaxpr1, num_consts=0),
-                  outs1 + residuals)
+                  outs1 + computed)
   eqn2 = JaxprEqn(xla_call_p, residuals + ins2, dict(params, jaxpr=jaxpr2, num_consts=0),
                   outs2)
   return eqn1, eqn2, out_unknowns, residuals

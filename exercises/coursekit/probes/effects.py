@@ -61,14 +61,22 @@ def probe_S_1(p, discharge_addupdate):
   x, v = p.rng.normal(size=5), p.rng.normal(size=4)
   i = int(p.rng.integers(0, 4))
   p.given(x=x, v=v, i=i)
-  with _rule(state.discharge_rules, state.addupdate_p, discharge_addupdate):
+  returned = []   # how many outputs the rule gave each addupdate (it has none)
+
+  def counted(eqn, vals, env):
+    outs = discharge_addupdate(eqn, vals, env)
+    returned.append(len(outs) if isinstance(outs, (list, tuple)) else type(outs).__name__)
+    return outs
+  with _rule(state.discharge_rules, state.addupdate_p, counted):
     for what, f, args in [("r[...] += ..., r[1] += ..., r[0:2] += ...", _accumulate, (x, v)),
                           ("r[i] += ... with a traced i", _accumulate_traced, (x, v, i)),
                           ("r[i] += ... in a fori_loop", _accumulate_loop, (x, v))]:
       closed = adx.make_jaxpr(f)(*args)
+      returned.clear()
       pure = p.call(f"discharging {what}", state.discharge_if_stateful, closed.jaxpr)
-      p.value(f"{what}: the discharged jaxpr's effects (none), and what it computes", {
-          "effects": sorted(map(repr, pure.effects)),
+      p.value(f"{what}: the discharged jaxpr's effects (none), the number of outputs your "
+              "rule returned for each addupdate (0: it has none), and what it computes", {
+          "effects": sorted(map(repr, pure.effects)), "outputs of the rule": list(returned),
           "outputs": p.call(f"running the discharged jaxpr of {what}", lambda: [
               np.asarray(y) for y in eval_jaxpr(pure, closed.consts, *args)])})
       p.value(f"{what}: the discharged jaxpr's value",

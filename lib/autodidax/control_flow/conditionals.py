@@ -57,11 +57,14 @@ def cond(pred, true_fun, false_fun, *operands):
                     f"{aval.str_short()}. For an elementwise choice use select_n "
                     "or anp.where-style masking; under vmap, a batched scalar "
                     "predicate is fine.")
-  if aval.dtype != np.bool_:
-    if aval.dtype.kind not in "iuf":
-      raise TypeError(f"cond: the predicate must be bool or a number, got {aval.str_short()}")
-    pred = lax.convert_element_type(pred, np.bool_)   # nonzero is true
-  index = lax.convert_element_type(pred, np.int32)
+  if aval.dtype != np.bool_ and aval.dtype.kind not in "iuf":
+    raise TypeError(f"cond: the predicate must be bool or a number, got {aval.str_short()}")
+  if isinstance(pred, (bool, int, float, np.generic, np.ndarray)):
+    index = np.int32(bool(pred))   # known now: a literal index, as in JAX
+  else:
+    if aval.dtype != np.bool_:
+      pred = lax.convert_element_type(pred, np.bool_)   # nonzero is true
+    index = lax.convert_element_type(pred, np.int32)
   return _bind_cond(index, [false_fun, true_fun], operands, "cond",
                     names=["false_fun", "true_fun"])
 
@@ -302,6 +305,29 @@ def _cond_partial_eval_jaxpr(unks_in, eqn):
 
 
 pe.partial_eval_jaxpr_rules[cond_p] = _cond_partial_eval_jaxpr
+
+
+def _cond_forwarding(eqn1, eqn2):
+  """The known cond's outputs that are one operand in every branch whose
+  unknown part reads them (a branch that doesn't fills the slot with zeros)."""
+  branches1, branches2 = eqn1.params["branches"], eqn2.params["branches"]
+  forwarded = {}
+  for k, v in enumerate(eqn1.out_binders):
+    at = [i - 1 for i, x in enumerate(eqn2.inputs) if x is v]   # its operand slots in eqn2
+    froms = set()
+    for b1, b2 in zip(branches1, branches2):
+      j1, j2 = b1.jaxpr, b2.jaxpr
+      read = {x for e in j2.eqns for x in e.inputs} | set(j2.outvars)
+      if not any(j2.invars[i] in read for i in at):
+        continue
+      out = j1.outvars[k]
+      froms.add(j1.invars.index(out) if out in j1.invars else None)
+    if len(froms) == 1 and None not in froms and at:
+      forwarded[k] = 1 + froms.pop()   # after the index
+  return forwarded
+
+
+pe.residual_forwarding[cond_p] = _cond_forwarding
 
 
 def _cond_partial_eval(trace, tracers, **params):   # from the rule above
