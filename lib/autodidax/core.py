@@ -530,12 +530,23 @@ def new_dynamic(main: MainTrace):
 # bind does: then the vmap's rule batches the jaxprs under its name.
 named_axis_hook = None
 
+# Set by autodidax.state: `ref_box_hook(prim, trace, args, params) -> outs or
+# None`. A loop, cond or call whose body closes over a box (a type in
+# `box_types`: a Ref made outside staging) is bound with the box's value
+# instead, while a transformation runs; None: bind as usual.
+ref_box_hook = None
+box_types: set = set()
+
 
 def bind(prim: Primitive, *args, **params) -> list:
   """Apply `prim`: the top interpreter among the arguments handles it."""
   if named_axis_hook is not None and len(trace_stack) > 1:
     args = named_axis_hook(prim, args, params)
   trace = find_top_trace(args)
+  if ref_box_hook is not None and any(type(x) in box_types for x in args):
+    outs = ref_box_hook(prim, trace, args, params)
+    if outs is not None:
+      return outs
   outs = trace.process_primitive(prim, [full_raise(trace, x) for x in args], params)
   return [full_lower(y) for y in outs]
 

@@ -111,14 +111,13 @@ def jaxpr_effects(jaxpr) -> frozenset:
   position = {v: i for i, v in enumerate(jaxpr.constvars + jaxpr.invars)}
   out = set()
   for eqn in jaxpr.eqns:
-    for e in eqn_effects(eqn):
+    for e in eqn_effects(eqn) | inner_ref_effects(eqn):
       if isinstance(e, RefEffect):
         i = position.get(eqn.inputs[e.input_index])
         if i is not None:
           out.add(type(e)(i))
       else:
         out.add(e)
-    out.update(inner_ref_effects(eqn))
   return frozenset(out)
 
 

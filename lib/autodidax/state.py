@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import core, effects
+from . import ad, batching, core, effects
 from . import primitives as lax
 from .core import Primitive, ShapedArray, Tracer, abstract_eval_rules, impl_rules
-from .jaxpr import Jaxpr, Lit, eval_jaxpr, pp_eqn_rules, pp_params_rules
+from .jaxpr import ClosedJaxpr, Jaxpr, JaxprEqn, Lit, Var, eval_jaxpr, pp_eqn_rules, pp_params_rules
 from .partial_eval import DynamicJaxprTrace, trace_to_jaxpr_dynamic
+from .util import cache_by_jaxpr
 
 
 class AbstractRef:
@@ -166,22 +167,20 @@ def new_ref(x):
 
 
 def _staging(args) -> bool:
-  return core.find_top_trace(args).main.trace_type is DynamicJaxprTrace
+  """A jaxpr is being staged, and no transformation runs above it: under
+  jit(grad(f)), grad's new_ref is grad's box, whatever it holds."""
+  top = core.find_top_trace(args).main
+  return (top.trace_type is DynamicJaxprTrace
+          and top.level >= core.trace_stack[-1].level)
 
 
 def _boxed(ref) -> bool:
   """Whether to use the box `ref` directly (else its operations are staged,
-  the box a constant of the jaxpr, as when a loop's body closes over it)."""
+  the box a constant of the jaxpr, as when a loop's body closes over it: the
+  loop is then bound discharged, `bind_discharged`)."""
   if not isinstance(ref, Ref):
     return False
-  staging = core.dynamic_trace is not None and core.dynamic_trace.level > ref.level
-  if staging and isinstance(ref._val, Tracer):
-    raise core.EscapedTracerError(
-        "A Ref made under a transformation (jvp, vmap, grad) is used inside a staged body "
-        "(a loop, cond, checkpoint or custom_jvp/custom_vjp function), which would carry "
-        "the transformation's tracers out of the body. "
-        "Wrap the function in jit: its Refs are then discharged into the loop's carry.")
-  return not staging
+  return core.dynamic_trace is None or core.dynamic_trace.level <= ref.level
 
 
 def get(ref, idx=...):
@@ -218,14 +217,22 @@ def _swap_box(ref, val, dynamic, entries):
   if tuple(np.shape(val)) != want:
     raise TypeError(f"can't write a value of shape {np.shape(val)} into Ref{want} "
                     "(the indexed part): shapes must match")
-  for v in (val, *dynamic):
-    if isinstance(v, Tracer) and v._trace.main.level > ref.level:
-      raise core.EscapedTracerError(
-          f"A value of an inner transformation ({v}) is written into a Ref made outside "
-          "it: it would escape. Return it from the transformed function instead.")
+  val, *dynamic = [_check_stays_inside(ref, v) for v in (val, *dynamic)]
   old = read(ref._val, dynamic, entries)
   ref._val = write(ref._val, dynamic, entries, val)
   return old
+
+
+def _check_stays_inside(ref, v):
+  """`v`, written into the box `ref`, belongs to no transformation inside the
+  one `ref` was made under (it would escape it: JAX refuses it too)."""
+  v = core.full_lower(v)   # a value with no tangent, or shared by the batch, is no tracer
+  if isinstance(v, Tracer) and v._trace.main.level > ref.level:
+    raise core.EscapedTracerError(
+        f"A value of an inner transformation ({v}) is written into a Ref made outside "
+        "it: it would escape. Return it from the transformed function instead, or make "
+        "the Ref inside the transformed function.")
+  return v
 
 
 def _check_ref(ref, what):
@@ -369,6 +376,16 @@ def discharge_if_stateful(jaxpr: Jaxpr, name: str = "jit_fun",
                new.eqns, new.outvars)
 
 
+def discharged_inner(closed: ClosedJaxpr) -> ClosedJaxpr:
+  """A loop's or cond's (closed) jaxpr with the Refs it makes inside made
+  values, for partial evaluation and transposition (grad), which meet only
+  pure code; Refs it is passed stay, for the discharge of the whole equation."""
+  j = closed.jaxpr
+  if not any(isinstance(e, effects.InternalMutableArrayEffect) for e in j.effects):
+    return closed
+  return ClosedJaxpr(discharge_if_stateful(j, ref_inputs_ok=True), closed.consts)
+
+
 def discharge_state(jaxpr: Jaxpr):
   """A pure jaxpr for `jaxpr` (constvars then invars become its inputs): each
   Ref input becomes a value input, and its final value an extra output,
@@ -439,6 +456,130 @@ discharge_rules[swap_p] = _discharge_swap
 discharge_rules[addupdate_p] = _discharge_addupdate
 
 
+# --- A box that a loop, cond or call closes over, while a transformation runs ----------------
+
+def bind_discharged(prim, args, params) -> list:
+  """Bind the higher-order `prim`, whose body closes over Ref boxes among
+  `args`, in its discharged form: each box's value goes in (a loop's carry, a
+  call's extra input) and the final value of each box it writes comes back
+  into the box. So jvp, vmap and grad meet a loop of values, as they do under
+  jit; JAX discharges such a loop's Refs the same way (state/discharge.py)."""
+  ins, env, boxes = [], {}, {}
+  for a in args:
+    if type(a) is Ref:
+      if id(a) not in boxes:
+        boxes[id(a)] = (a, Var(a.aval))
+        env[boxes[id(a)][1]] = a._val
+      ins.append(boxes[id(a)][1])
+    else:
+      ins.append(Var(core.raise_to_shaped(core.get_aval(a))))
+  out_avals = abstract_eval_rules[prim](*[v.aval for v in ins], **params)
+  out_avals = out_avals if prim.multiple_results else [out_avals]
+  eqn = JaxprEqn(prim, ins, params, [Var(a) for a in out_avals])
+  written = {ins[e.input_index] for e in effects.inner_ref_effects(eqn)
+             if isinstance(e, (effects.WriteEffect, effects.AccumEffect))}
+  outs = discharge_rules[prim](eqn, [a._val if type(a) is Ref else a for a in args], env)
+  for box, v in boxes.values():
+    if v in written:
+      box._val = _check_stays_inside(box, env[v])
+  return outs if prim.multiple_results else outs[0]
+
+
+def _bind_boxes(prim, trace, args, params):
+  """core's hook: a higher-order primitive given boxes. Staged into a body
+  above them, the box is a constant of that body (the body's own loop or call
+  discharges it when it is bound); else it is bound discharged now."""
+  if prim in (new_ref_p, get_p, swap_p, addupdate_p) or prim not in discharge_rules:
+    return None
+  if trace.main.trace_type is DynamicJaxprTrace and all(
+      a.level < trace.main.level for a in args if type(a) is Ref):
+    return None
+  outs = bind_discharged(prim, args, params)
+  return outs if prim.multiple_results else [outs]
+
+
+core.box_types.add(Ref)
+core.ref_box_hook = _bind_boxes
+
+
+# --- jvp and vmap of the primitives, on a Ref that is a tracer (made inside a staged body) --
+# As in JAX (state/primitives.py): a Ref's tangent is a Ref of tangents, or a
+# symbolic Zero; a batched Ref holds the batch along its axis 0.
+
+def _new_ref_jvp(primals, tangents):
+  (x,), (t,) = primals, tangents
+  return new_ref_p.bind(x), new_ref_p.bind(ad.instantiate_zeros(t))
+
+
+def _get_jvp(primals, tangents, *, indexer):
+  ref, *dyn = primals
+  out = get_p.bind(ref, *dyn, indexer=indexer)
+  t = tangents[0]
+  return out, (ad.Zero.from_value(out) if type(t) is ad.Zero
+               else get_p.bind(t, *dyn, indexer=indexer))
+
+
+def _write_jvp(prim, primals, tangents, indexer):
+  (ref, val, *dyn), (ref_t, val_t, *_) = primals, tangents
+  if type(ref_t) is ad.Zero and type(val_t) is not ad.Zero:
+    raise core.EscapedTracerError(   # JAX's words (its Exception)
+        "performing a set/swap operation with a differentiated value on a "
+        f"non-differentiated array reference of type {ref.aval.str_short()}. Move the "
+        "array reference to be an argument of the differentiated function, or make it "
+        "inside that function.")
+  out = prim.bind(ref, val, *dyn, indexer=indexer)
+  if type(ref_t) is ad.Zero:
+    return out, ([] if prim.multiple_results else ad.Zero.from_value(out))
+  out_t = prim.bind(ref_t, ad.instantiate_zeros(val_t), *dyn, indexer=indexer)
+  return out, out_t
+
+
+ad.jvp_rules[new_ref_p] = _new_ref_jvp
+ad.jvp_rules[get_p] = _get_jvp
+ad.jvp_rules[swap_p] = lambda p, t, *, indexer: _write_jvp(swap_p, p, t, indexer)
+ad.jvp_rules[addupdate_p] = lambda p, t, *, indexer: _write_jvp(addupdate_p, p, t, indexer)
+
+
+def _batched_indexer(axis_size, indexer):
+  return (("slice", 0, axis_size),) + tuple(indexer) if indexer else ()
+
+
+def _new_ref_vmap(axis_size, vals_in, dims_in):
+  (x,), (d,) = vals_in, dims_in
+  return new_ref_p.bind(batching.move_batch_axis(axis_size, d, 0, x)), 0
+
+
+def _get_vmap(axis_size, vals_in, dims_in, *, indexer):
+  (ref, *dyn), (ref_d, *dyn_d) = vals_in, dims_in
+  if any(d is not batching.not_mapped for d in dyn_d):
+    raise NotImplementedError("vmap of a Ref read at batched indices (ref[i] with i "
+                              "batched): read the whole Ref and index the value")
+  out = get_p.bind(ref, *dyn, indexer=_batched_indexer(axis_size, indexer))
+  return out, 0
+
+
+def _write_vmap(prim, axis_size, vals_in, dims_in, indexer):
+  (ref, val, *dyn), (ref_d, val_d, *dyn_d) = vals_in, dims_in
+  if any(d is not batching.not_mapped for d in dyn_d):
+    raise NotImplementedError("vmap of a Ref written at batched indices (ref[i] = v with "
+                              "i batched): write the whole Ref instead")
+  if ref_d is batching.not_mapped:   # JAX's words (its Exception)
+    raise core.EscapedTracerError(
+        "performing a set/swap operation with vmapped value on an unbatched array "
+        f"reference of type {ref.aval.str_short()}. Move the array reference to be an "
+        "argument to the vmapped function, or make it inside that function.")
+  val = batching.move_batch_axis(axis_size, val_d, 0, val)
+  out = prim.bind(ref, val, *dyn, indexer=_batched_indexer(axis_size, indexer))
+  return out, ([] if prim.multiple_results else 0)
+
+
+batching.vmap_rules[new_ref_p] = _new_ref_vmap
+batching.vmap_rules[get_p] = _get_vmap
+batching.vmap_rules[swap_p] = lambda n, v, d, *, indexer: _write_vmap(swap_p, n, v, d, indexer)
+batching.vmap_rules[addupdate_p] = lambda n, v, d, *, indexer: _write_vmap(
+    addupdate_p, n, v, d, indexer)
+
+
 # --- Discharge through control flow and calls: helpers for the rules beside each
 # higher-order primitive (control_flow, xla, ad_checkpoint, custom_derivatives,
 # shard_map). A Ref a body reads or writes becomes a carry, or an extra output.
@@ -499,6 +640,19 @@ def discharged_body(jaxpr: Jaxpr, what: str):
   if consts:
     raise AssertionError(f"{what}: discharge made constants")
   return Jaxpr([], new.invars, new.eqns, new.outvars), consts
+
+
+def discharged_call_body(jaxpr: Jaxpr, inputs, what: str):
+  """`discharged_body(dealias(jaxpr, inputs), what)`, made once per jaxpr and
+  pattern of Refs passed twice: a jit bound again with a box compiles once."""
+  pattern = tuple(next(k for k, y in enumerate(inputs) if y is x)
+                  if isinstance(x.aval, AbstractRef) else None for x in inputs)
+  return _discharged_call_body(jaxpr, pattern, what)
+
+
+@cache_by_jaxpr
+def _discharged_call_body(jaxpr: Jaxpr, pattern, what: str):
+  return discharged_body(dealias(jaxpr, pattern), what)
 
 
 # `call_params[prim](eqn, body, num_new_consts, refs)`: the params of the

@@ -144,6 +144,9 @@ def compile_jaxpr(jaxpr: Jaxpr, platform: str, name: str = "jit_fun"):
 
 
 def _xla_call_impl(*args, jaxpr: Jaxpr, num_consts: int, **params):
+  if any(type(x) is state.Ref for x in args):   # a box made outside the jit: its value
+    return state.bind_discharged(xla_call_p, args, dict(jaxpr=jaxpr, num_consts=num_consts,
+                                                        **params))
   platform = _platform(params)
   if "mesh" in params:   # a program for many devices (the chapter Many devices)
     return spmd.execute_jaxpr(jaxpr, args, platform=platform, **params)
@@ -246,8 +249,8 @@ def discharge_call(eqn, vals, env):
   """The call again, its body discharged: each Ref it is passed goes in as
   its value, and its final value comes out after the call's outputs."""
   refs = state.ref_slots(eqn, range(len(eqn.inputs)))
-  body, consts = state.discharged_body(state.dealias(eqn.params["jaxpr"], eqn.inputs),
-                                       eqn.primitive.name)
+  body, consts = state.discharged_call_body(eqn.params["jaxpr"], eqn.inputs,
+                                            eqn.primitive.name)
   params = state.call_params[eqn.primitive](eqn, body, len(consts), refs)
   outs = eqn.primitive.bind(*consts, *vals, **params)
   n = len(eqn.out_binders)
@@ -369,8 +372,11 @@ class jit:
       flat_fun, out_tree = flatten_fun(fun_dyn, in_tree)
       jaxpr, consts = closed_to_call_jaxpr(*trace_to_jaxpr_dynamic(flat_fun, in_avals))
       # Refs inside become values; a Ref closed over from an outer jit's trace
-      # stays, for that jit's discharge.
-      jaxpr = discharged(jaxpr, self.__name__, ref_inputs_ok=core.dynamic_trace is not None)
+      # stays, for that jit's discharge, and so does a box made outside any
+      # jit, passed in or closed over: the call is bound discharged
+      # (state.bind_discharged).
+      jaxpr = discharged(jaxpr, self.__name__, ref_inputs_ok=core.dynamic_trace is not None
+                         or any(type(c) is state.Ref for c in [*consts, *args_flat]))
       # A NumPy array the function closes over is read now, as JAX does:
       # changing it later doesn't change what the compiled function computes.
       consts = [c.copy() if type(c) is np.ndarray else c for c in consts]
@@ -399,7 +405,7 @@ class jit:
       return self._call_fast(hit, args)
     traced, args_flat = self._specialize(args, kwargs)
     outs = xla_call_p.bind(*traced.consts, *args_flat, **self._params(traced))
-    if (sig is not None and not any(isinstance(c, Tracer) for c in traced.consts)
+    if (sig is not None and not any(isinstance(c, (Tracer, state.Ref)) for c in traced.consts)
         and not batching.bound_axes() and traced.mesh is None):
       self._fast[sig] = traced, {}   # next time, take the fast path
     return tree_unflatten(traced.out_tree, outs)

@@ -87,6 +87,12 @@ def _bind_cond(index, branches, operands, what, names=None):
   # Shapes and dtypes must agree, as in JAX; only weak types may differ.
   _check_branch_types([t[0].out_avals for t in traced], what, names, order)
   jaxprs, consts = join_consts([t[:2] for t in traced])
+  if (isinstance(index, batching.BatchTracer) and index.batch_dim is not not_mapped
+      and any(type(c) is state.Ref for c in consts)):   # JAX's words, and its kind of error
+    raise NotImplementedError(
+        f"State effect not supported in vmap-of-cond: the {what}'s predicate is batched and "
+        "its branches use a Ref, which each element of the batch would change its own way. "
+        "Compute both branches' values and pick with where (select_n) instead.")
   outs = cond_p.bind(index, *consts, *ops_flat, branches=tuple(as_closed(j) for j in jaxprs))
   return tree_unflatten(out_trees[0], outs)
 
@@ -284,6 +290,8 @@ def _merge_residuals(branch_avals: list) -> tuple[list, list]:
 
 
 def _cond_partial_eval_jaxpr(unks_in, eqn):
+  eqn = eqn._replace(params={**eqn.params, "branches": tuple(
+      state.discharged_inner(b) for b in eqn.params["branches"])})
   index, *ops = eqn.inputs
   branches = eqn.params["branches"]
   if unks_in[0]:

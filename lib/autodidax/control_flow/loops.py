@@ -690,6 +690,7 @@ def _scan_params(j, nconsts, ncarry, length, reverse):
 
 
 def _scan_partial_eval_jaxpr(unks_in, eqn):
+  eqn = eqn._replace(params={**eqn.params, "jaxpr": state.discharged_inner(eqn.params["jaxpr"])})
   p = eqn.params
   nc, ncar, length, reverse = p["num_consts"], p["num_carry"], p["length"], p["reverse"]
   j1, j2, carry_uk, out_uk, const_res_idx, stacked_avals, xs_res_idx = _scan_split(
