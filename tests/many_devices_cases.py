@@ -436,6 +436,37 @@ def closed_over_array_in_a_sharded_jit_is_whole_on_every_device():
 
 
 @case
+def sharded_jit_of_a_tanh_matmul_closing_over_its_weight_compiles_as_jax():
+  """jit(tanh(x @ W)) with in_shardings/out_shardings, W closed over: JAX writes W
+  into the program as a constant, which the partitioner may cut, so it sums
+  partial products (an all-reduce) where a replicated argument would need the
+  whole of x (an all-gather). Ours gives XLA the same program."""
+  x, w = f32(16, 8), f32(8, 12)
+  wrong = []
+  for kind in ("Auto", "Explicit"):
+    m = adx.make_mesh((4, 2), ("data", "model"),
+                      axis_types=(getattr(adx.sharding.AxisType, kind),) * 2)
+    jm = jax.make_mesh((4, 2), ("data", "model"),
+                       axis_types=(getattr(jax.sharding.AxisType, kind),) * 2)
+    for sx, sw, so in [(("data", "model"), (), None), (("data", "model"), (), ()),
+                       ((None, "model"), (None, "model"), None), ((None, "model"), (), ()),
+                       (("data", None), (), None)]:
+      got = []
+      for L, mesh in ((EO, m), (ET, jm)):
+        ns = L.ns
+        xs, ws = put(L, mesh, x, sx), put(L, mesh, w, sw)
+        f = L.jit(lambda v, ws=ws, L=L: L.np.tanh(v @ ws), in_shardings=ns(mesh, sx),
+                  out_shardings=None if so is None else ns(mesh, so))
+        with (adx.set_mesh if L is EO else jax.set_mesh)(mesh):
+          got.append((spmd.collectives_in(f.lower(xs).compile().as_text()), f(xs)))
+      (ours, y), (theirs, jy) = got
+      close(y, jy)
+      if ours != theirs:
+        wrong.append(f"{kind}, x {sx}, W {sw}, out {so}: {ours}, JAX's {theirs}")
+  assert not wrong, "\n".join(wrong)
+
+
+@case
 def exercise_m5_reference_matches_the_partitioner():
   """M.5's reference predicts the collectives of every case the probe can draw, as the
   library's partitioned program and JAX's have them (so the reference is never wrong)."""

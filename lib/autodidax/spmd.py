@@ -27,7 +27,7 @@ import numpy as np
 from . import core, lowering, runtime, xla
 from .core import raise_to_shaped
 from .effects import effect_rules
-from .jaxpr import ClosedJaxpr, Jaxpr
+from .jaxpr import ClosedJaxpr, Jaxpr, JaxprEqn, Lit
 from .sharding import NamedSharding, P, ShardedArray, get_mesh, reshard_p, shards_for
 from .tree_util import broadcast_prefix, tree_flatten, tree_unflatten
 
@@ -329,10 +329,27 @@ def specialize(jitted, traced, dyn_args) -> None:
                        f"{len(s.spec)} entries, more than its rank {aval.ndim}: give at "
                        "most one per dimension")
   traced.mesh = mesh
-  # A closed-over array is whole on every device: JAX writes it into the
-  # program as a constant, which XLA's partitioner treats so.
+  # A closed-over array is written into the program as a constant, as JAX does:
+  # XLA's partitioner may cut it as it likes (a replicated argument it could not).
+  traced.jaxpr, traced.consts = inline_consts(traced.jaxpr, traced.consts)
+  n_consts = len(traced.consts)
   traced.in_shardings = (NamedSharding(mesh, P()),) * n_consts + tuple(ins)
   traced.out_shardings = tuple(outs)
+
+
+def inline_consts(jaxpr, consts):
+  """`jaxpr` (its first inputs: `consts`) with each const that is an array, not a
+  tracer, as a literal; returns it and the consts left."""
+  keep = [isinstance(c, core.Tracer) for c in consts]
+  lits = {v: Lit(np.asarray(c), v.aval) for v, c, k in zip(jaxpr.invars, consts, keep) if not k}
+  if not lits:
+    return jaxpr, consts
+  read = lambda x: lits.get(x, x) if not isinstance(x, Lit) else x   # noqa: E731
+  eqns = [JaxprEqn(e.primitive, [read(x) for x in e.inputs], e.params, e.out_binders)
+          for e in jaxpr.eqns]
+  invars = [v for v in jaxpr.invars if v not in lits]
+  return (Jaxpr(jaxpr.constvars, invars, eqns, [read(x) for x in jaxpr.outvars]),
+          [c for c, k in zip(consts, keep) if k])
 
 
 def _flat(tree) -> list:
