@@ -488,10 +488,17 @@ def _bind_boxes(prim, trace, args, params):
   """core's hook: a higher-order primitive given boxes. Staged into a body
   above them, the box is a constant of that body (the body's own loop or call
   discharges it when it is bound); else it is bound discharged now."""
-  if prim in (new_ref_p, get_p, swap_p, addupdate_p) or prim not in discharge_rules:
+  if prim in (new_ref_p, get_p, swap_p, addupdate_p):
     return None
   if trace.main.trace_type is DynamicJaxprTrace and all(
       a.level < trace.main.level for a in args if type(a) is Ref):
+    return None
+  if prim not in discharge_rules:
+    if any(type(a) is Ref and isinstance(a._val, Tracer) for a in args):
+      raise NotImplementedError(
+          f"Discharge rule for '{prim.name}' not implemented: its body uses a Ref made under "
+          "a transformation (jvp, vmap, grad). Register one with "
+          "`state.discharge_rules[prim] = rule`, or pass the Ref's value (ref[...]) in.")
     return None
   outs = bind_discharged(prim, args, params)
   return outs if prim.multiple_results else [outs]
