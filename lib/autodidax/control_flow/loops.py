@@ -150,6 +150,7 @@ abstract_eval_rules[while_p] = _while_abstract_eval
 
 
 def _while_jvp(primals, tangents, *, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts):
+  cond_jaxpr, body_jaxpr = state.discharged_inner(cond_jaxpr), state.discharged_inner(body_jaxpr)
   nc, nb = cond_nconsts, body_nconsts
   bconsts, carry = primals[nc:nc + nb], primals[nc + nb:]
   nz = [t and is_float(get_aval(x)) for t, x in zip(nonzero_mask(tangents), primals)]
@@ -183,6 +184,7 @@ ad.jvp_rules[while_p] = _while_jvp
 
 def _while_vmap(axis_size, vals_in, dims_in, *, cond_jaxpr, body_jaxpr, cond_nconsts,
                 body_nconsts):
+  cond_jaxpr, body_jaxpr = state.discharged_inner(cond_jaxpr), state.discharged_inner(body_jaxpr)
   nc, nb = cond_nconsts, body_nconsts
   vals = [at_axis0(axis_size, x, d) for x, d in zip(vals_in, dims_in)]
   bat = [d is not not_mapped for d in dims_in]
@@ -487,6 +489,7 @@ abstract_eval_rules[scan_p] = _scan_abstract_eval
 
 
 def _scan_jvp(primals, tangents, *, jaxpr, num_consts, num_carry, length, reverse):
+  jaxpr = state.discharged_inner(jaxpr)   # Refs made in the body: values
   nc, ncar = num_consts, num_carry
   nz = [t and is_float(get_aval(x)) for t, x in zip(nonzero_mask(tangents), primals)]
   consts_nz, carry_nz, xs_nz = nz[:nc], nz[nc:nc + ncar], nz[nc + ncar:]
@@ -527,6 +530,7 @@ ad.jvp_rules[scan_p] = _scan_jvp
 
 
 def _scan_vmap(axis_size, vals_in, dims_in, *, jaxpr, num_consts, num_carry, length, reverse):
+  jaxpr = state.discharged_inner(jaxpr)   # Refs made in the body: values
   nc, ncar = num_consts, num_carry
   bat = [d is not not_mapped for d in dims_in]
   consts_b, carry_b, xs_b = bat[:nc], bat[nc:nc + ncar], bat[nc + ncar:]
