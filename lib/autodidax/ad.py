@@ -78,7 +78,7 @@ class JVPTrace(Trace):
   def process_primitive(self, primitive, tracers, params):
     check_live(self.main)   # a tracer that escaped its jvp is used on its own
     primals_in, tangents_in = unzip2((t.primal, t.tangent) for t in tracers)
-    if all(type(t) is Zero for t in tangents_in):
+    if all(type(t) is Zero for t in tangents_in) and primitive not in jvp_even_if_zero:
       # JVP is linear in the tangents: all-zero in means zero out.
       primals_out = primitive.bind(*primals_in, **params)
       if not primitive.multiple_results:
@@ -90,6 +90,10 @@ class JVPTrace(Trace):
       primals_out, tangents_out = [primals_out], [tangents_out]
     return [JVPTracer(self, x, t) for x, t in zip(primals_out, tangents_out)]
 
+
+# Primitives whose JVP rule runs even when every tangent is zero: new_ref,
+# whose Ref may later be written with a value that has one (autodidax.state).
+jvp_even_if_zero: set = set()
 
 jvp_rules = RuleTable(
     "JVP", "Register one with `ad.jvp_rules[prim] = rule` (`ad.partials_jvp` "

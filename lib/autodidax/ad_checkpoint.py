@@ -212,6 +212,7 @@ def _is_float(x) -> bool:
 
 
 def _remat_vmap(axis_size, vals_in, dims_in, *, jaxpr, **params):
+  jaxpr = state.discharged_inner(jaxpr)   # Refs made inside: values
   batched = tuple(d is not batching.not_mapped for d in dims_in)
   vals = [at_axis0(axis_size, x, d) for x, d in zip(vals_in, dims_in)]
   j, consts, out_b = batch_jaxpr(jaxpr, axis_size, batched,
@@ -224,6 +225,7 @@ def _remat_partial_eval(trace, tracers, *, jaxpr, policy, **params):
   """Where the policy acts. The known part runs now and returns the known
   outputs and the residuals the policy lets it save; the unknown part,
   staged as a new remat, recomputes everything else from those residuals."""
+  jaxpr = state.discharged_inner(jaxpr)   # Refs made inside: values, for the split
   unknowns = [t.pval.is_unknown for t in tracers]
   saveable = policy or nothing_saveable
   jaxpr_known, jaxpr_staged, out_unknowns, num_res = (
@@ -383,7 +385,7 @@ def _remat_partial_eval_jaxpr(unks_in, eqn):
   are passed to it directly, not through the known equation."""
   p = eqn.params
   jk, js, out_unknowns, num_res = partial_eval_jaxpr_policy(
-      p["jaxpr"], unks_in, p["policy"] or nothing_saveable)
+      state.discharged_inner(p["jaxpr"]), unks_in, p["policy"] or nothing_saveable)
   n_known_out = len(jk.outvars) - num_res
   outer = dict(zip(p["jaxpr"].invars, eqn.inputs))   # inner -> outer
   res_inner = jk.outvars[n_known_out:]

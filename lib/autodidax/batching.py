@@ -92,7 +92,7 @@ class BatchTrace(Trace):
   def process_primitive(self, primitive, tracers, params):
     check_live(self.main)   # a tracer that escaped its vmap is used on its own
     vals_in, bdims_in = unzip2((t.val, t.batch_dim) for t in tracers)
-    if all(d is not_mapped for d in bdims_in):
+    if all(d is not_mapped for d in bdims_in) and primitive not in vmap_even_if_unmapped:
       outs = primitive.bind(*vals_in, **params)
       outs = outs if primitive.multiple_results else [outs]
       return [BatchTracer(self, x, not_mapped) for x in outs]
@@ -102,6 +102,10 @@ class BatchTrace(Trace):
       outs, bdims_out = [outs], [bdims_out]
     return [BatchTracer(self, x, bd) for x, bd in zip(outs, bdims_out)]
 
+
+# Primitives whose batching rule runs even when no operand is batched: new_ref,
+# whose Ref may later be written with a batched value (autodidax.state).
+vmap_even_if_unmapped: set = set()
 
 vmap_rules = RuleTable(
     "Batching", "Register one with `batching.vmap_rules[prim] = rule`.")

@@ -569,7 +569,7 @@ for _p in (parallel.all_gather_p, parallel.ppermute_p, parallel.axis_index_p):
 flops_rules[shard_map_p] = _shard_map_flops
 
 
-# --- Discharge: a Ref the body uses goes in as its value, unsharded (xla.discharge_call) -----------
+# --- Discharge: a Ref the body uses goes in as its value, unsharded (xla.discharge_call) ---------
 
 def _shard_map_params(eqn, body, n_consts, refs):
   p = eqn.params

@@ -376,14 +376,17 @@ def discharge_if_stateful(jaxpr: Jaxpr, name: str = "jit_fun",
                new.eqns, new.outvars)
 
 
-def discharged_inner(closed: ClosedJaxpr) -> ClosedJaxpr:
-  """A loop's or cond's (closed) jaxpr with the Refs it makes inside made
-  values, for partial evaluation and transposition (grad), which meet only
-  pure code; Refs it is passed stay, for the discharge of the whole equation."""
-  j = closed.jaxpr
+def discharged_inner(closed):
+  """A loop's or cond's jaxpr (closed or not) with the Refs it makes inside
+  made values, for the loop's jvp, vmap and partial evaluation rules, which
+  then meet only pure code (a Ref made in the body from a constant, then
+  written with a tangent or a batch, needs no tangent or batch of its own).
+  Refs it is passed stay, for the discharge of the whole equation."""
+  j = getattr(closed, "jaxpr", closed)
   if not any(isinstance(e, effects.InternalMutableArrayEffect) for e in j.effects):
     return closed
-  return ClosedJaxpr(discharge_if_stateful(j, ref_inputs_ok=True), closed.consts)
+  pure = discharge_if_stateful(j, ref_inputs_ok=True)
+  return ClosedJaxpr(pure, closed.consts) if j is not closed else pure
 
 
 def discharge_state(jaxpr: Jaxpr):
@@ -489,10 +492,17 @@ def _bind_boxes(prim, trace, args, params):
   """core's hook: a higher-order primitive given boxes. Staged into a body
   above them, the box is a constant of that body (the body's own loop or call
   discharges it when it is bound); else it is bound discharged now."""
-  if prim in (new_ref_p, get_p, swap_p, addupdate_p) or prim not in discharge_rules:
+  if prim in (new_ref_p, get_p, swap_p, addupdate_p):
     return None
   if trace.main.trace_type is DynamicJaxprTrace and all(
       a.level < trace.main.level for a in args if type(a) is Ref):
+    return None
+  if prim not in discharge_rules:
+    if any(type(a) is Ref and isinstance(a._val, Tracer) for a in args):
+      raise NotImplementedError(
+          f"Discharge rule for '{prim.name}' not implemented: its body uses a Ref made under "
+          "a transformation (jvp, vmap, grad). Register one with "
+          "`state.discharge_rules[prim] = rule`, or pass the Ref's value (ref[...]) in.")
     return None
   outs = bind_discharged(prim, args, params)
   return outs if prim.multiple_results else [outs]
@@ -535,6 +545,7 @@ def _write_jvp(prim, primals, tangents, indexer):
 
 
 ad.jvp_rules[new_ref_p] = _new_ref_jvp
+ad.jvp_even_if_zero.add(new_ref_p)   # its Ref may be written with a tangent later
 ad.jvp_rules[get_p] = _get_jvp
 ad.jvp_rules[swap_p] = lambda p, t, *, indexer: _write_jvp(swap_p, p, t, indexer)
 ad.jvp_rules[addupdate_p] = lambda p, t, *, indexer: _write_jvp(addupdate_p, p, t, indexer)
@@ -574,6 +585,7 @@ def _write_vmap(prim, axis_size, vals_in, dims_in, indexer):
 
 
 batching.vmap_rules[new_ref_p] = _new_ref_vmap
+batching.vmap_even_if_unmapped.add(new_ref_p)   # its Ref may be written with a batch later
 batching.vmap_rules[get_p] = _get_vmap
 batching.vmap_rules[swap_p] = lambda n, v, d, *, indexer: _write_vmap(swap_p, n, v, d, indexer)
 batching.vmap_rules[addupdate_p] = lambda n, v, d, *, indexer: _write_vmap(

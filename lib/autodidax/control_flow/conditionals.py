@@ -140,6 +140,7 @@ keep_body_types(cond_p)   # its results' types, shardings included, are its body
 
 
 def _cond_jvp(primals, tangents, *, branches):
+  branches = tuple(map(state.discharged_inner, branches))   # Refs made inside: values
   index, *ops = primals
   ops_nz = [nz and is_float(get_aval(x)) for nz, x in zip(nonzero_mask(tangents[1:]), ops)]
   out_nz = [False] * len(branches[0].out_avals)
@@ -159,6 +160,7 @@ ad.jvp_rules[cond_p] = _cond_jvp
 
 
 def _cond_vmap(axis_size, vals_in, dims_in, *, branches):
+  branches = tuple(map(state.discharged_inner, branches))   # Refs made inside: values
   index, *ops = vals_in
   idim, *dims = dims_in
   ops = [at_axis0(axis_size, x, d) for x, d in zip(ops, dims)]

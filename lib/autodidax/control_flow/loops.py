@@ -154,6 +154,7 @@ keep_body_types(while_p)   # its results' types, shardings included, are its bod
 
 
 def _while_jvp(primals, tangents, *, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts):
+  cond_jaxpr, body_jaxpr = state.discharged_inner(cond_jaxpr), state.discharged_inner(body_jaxpr)
   nc, nb = cond_nconsts, body_nconsts
   bconsts, carry = primals[nc:nc + nb], primals[nc + nb:]
   nz = [t and is_float(get_aval(x)) for t, x in zip(nonzero_mask(tangents), primals)]
@@ -187,6 +188,7 @@ ad.jvp_rules[while_p] = _while_jvp
 
 def _while_vmap(axis_size, vals_in, dims_in, *, cond_jaxpr, body_jaxpr, cond_nconsts,
                 body_nconsts):
+  cond_jaxpr, body_jaxpr = state.discharged_inner(cond_jaxpr), state.discharged_inner(body_jaxpr)
   nc, nb = cond_nconsts, body_nconsts
   vals = [at_axis0(axis_size, x, d) for x, d in zip(vals_in, dims_in)]
   bat = [d is not not_mapped for d in dims_in]
@@ -492,6 +494,7 @@ keep_body_types(scan_p)   # its results' types, shardings included, are its body
 
 
 def _scan_jvp(primals, tangents, *, jaxpr, num_consts, num_carry, length, reverse):
+  jaxpr = state.discharged_inner(jaxpr)   # Refs made in the body: values
   nc, ncar = num_consts, num_carry
   nz = [t and is_float(get_aval(x)) for t, x in zip(nonzero_mask(tangents), primals)]
   consts_nz, carry_nz, xs_nz = nz[:nc], nz[nc:nc + ncar], nz[nc + ncar:]
@@ -532,6 +535,7 @@ ad.jvp_rules[scan_p] = _scan_jvp
 
 
 def _scan_vmap(axis_size, vals_in, dims_in, *, jaxpr, num_consts, num_carry, length, reverse):
+  jaxpr = state.discharged_inner(jaxpr)   # Refs made in the body: values
   nc, ncar = num_consts, num_carry
   bat = [d is not not_mapped for d in dims_in]
   consts_b, carry_b, xs_b = bat[:nc], bat[nc:nc + ncar], bat[nc + ncar:]
