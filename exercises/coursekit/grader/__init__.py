@@ -13,7 +13,8 @@ Every other module here runs outside and trusts nothing that comes out:
   `similarity` (review aids);
 * scheduling runs: `scheduling` (the learner editions, the sandbox runs, the
   reference records, the `Grader`), `cluster` (the same on Dask), `edition` (the
-  library without an exercise's answer, zipped), `sandbox` (bubblewrap itself);
+  library without an exercise's answer, zipped), `sandbox` and `limits` (bubblewrap,
+  cgroups, seccomp: the wall itself), `outcome` (what comes out of a sandbox);
 * verdicts: `verdicts` (a run's records against the reference's: a row);
 * writing results: `cli` (the command line), `report` (grades.csv, grades.html),
   `feedback` (the learners' pages), `gradebook` and `exports` (SQLite, LMS CSVs),
