@@ -31,6 +31,9 @@ from collections import defaultdict
 from datetime import datetime, timezone
 from pathlib import Path
 
+from . import exports
+from .submissions import printable
+
 DEFAULT = Path("grades") / "gradebook.sqlite"
 POLICIES = ("latest", "best")
 BUSY_TIMEOUT = 120   # seconds a writer waits for another run's transaction
@@ -210,8 +213,6 @@ def text_table(chapters, table) -> str:
 
 
 def main(argv=None) -> int:
-  from . import exports
-  from .submissions import printable
   ap = argparse.ArgumentParser(prog="python -m coursekit.gradebook",
                                description="Print and export the course's gradebook.")
   ap.add_argument("--db", type=Path, default=DEFAULT, help=f"the gradebook (default {DEFAULT})")

@@ -32,6 +32,12 @@ from pathlib import Path
 from ..learner import probe as probes
 from ..learner.stubs import EXERCISES
 from . import feedback
+from .chapters import load_stubs
+from .options import Options, seed_arg
+from .report import sort_rows
+from .sandbox import SandboxUnavailable, unavailable
+from .scheduling import Grader
+from .submissions import collect
 
 REPO = EXERCISES.parent
 VISIBILITY = ("hidden", "after_due_date", "after_published", "visible")
@@ -135,13 +141,6 @@ def closed(why: str, visibility: str) -> dict:
 
 
 def run(root: Path, config: dict, seed: int | None = None, jobs: int = 2) -> dict:
-  from .chapters import load_stubs
-  from .options import Options
-  from .sandbox import SandboxUnavailable
-  from .scheduling import Grader
-  from .report import sort_rows
-  from .sandbox import unavailable
-  from .submissions import collect
   visibility = config.get("visibility", "after_published")
   (root / "results").mkdir(parents=True, exist_ok=True)
   why = unavailable()
@@ -171,7 +170,6 @@ def run(root: Path, config: dict, seed: int | None = None, jobs: int = 2) -> dic
 
 
 def main(argv=None) -> int:
-  from .options import seed_arg
   ap = argparse.ArgumentParser(prog="python -m coursekit.gradescope",
                                description="Build or run the Gradescope autograder.")
   sub = ap.add_subparsers(dest="command", required=True)
