@@ -29,7 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "grading"))
 import grading_fixtures as F  # noqa: E402
 
-from coursekit.grader import chapters, options, outcome, reading, report, sandbox, submissions  # noqa: E402
+from coursekit.grader import (chapters, cli, options, outcome, reading, report, sandbox,  # noqa: E402
+                              submissions)
 
 SEED = 11
 BATCH = {"full.ipynb", "stub.ipynb", "corrupt.ipynb"}
@@ -235,7 +236,7 @@ def test_a_scheduler_that_does_not_answer(tmp_path, capsys):
   F.write(tmp_path / "subs", names={"full.ipynb"})
   t = time.monotonic()
   rc = cli.main([str(tmp_path / "subs"), "--out", str(tmp_path / "out"), "--cluster",
-                   f"tcp://127.0.0.1:{port}", "--seed", str(SEED)])
+                 f"tcp://127.0.0.1:{port}", "--seed", str(SEED)])
   assert time.monotonic() - t < CONNECT_TIMEOUT + 20
   err = capsys.readouterr().err
   assert rc == 2 and f"no Dask scheduler answered at tcp://127.0.0.1:{port}" in err, err
