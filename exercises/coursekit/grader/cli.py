@@ -196,6 +196,15 @@ def main(argv=None) -> int:
       book.close()
   elapsed = time.monotonic() - t0
 
+  return write_results(args, rows, reused, stubs, opts, grader, mode, len(digests), elapsed,
+                       book_path)
+
+
+def write_results(args, rows, reused, stubs, opts, grader, mode, notebooks: int, elapsed: float,
+                  book_path) -> int:
+  """grades.csv and grades.html, the learners' feedback pages, what the command prints,
+  and its exit status (3 where something was not graded)."""
+  seed = opts.seed
   rows = report.sort_rows(rows + reused, stubs)
   similar = similarity.groups(grader.signatures)
   meta = {"seed": seed, "sandbox": mode(),
@@ -207,7 +216,7 @@ def main(argv=None) -> int:
   csv_path, html_path = report.write(rows, stubs, args.out, meta, similar)
   pages = feedback.write(rows, stubs, args.out / "feedback", args.feedback)
   print(report.tables(rows, stubs))
-  print(report.one_line(rows, len(digests), elapsed, csv_path, html_path))
+  print(report.one_line(rows, notebooks, elapsed, csv_path, html_path))
   if reused:
     print(f"{len(by_submission(reused))} notebooks unchanged since {book_path} graded them at "
           "this seed: not graded again (--regrade forces it)")
