@@ -29,7 +29,7 @@ def _runs(source: Path) -> dict:
   """{exercise: the cells a fresh kernel runs for it}: every code cell before its check
   (setup, given code, reference answers) but the other checks, then its check between
   two timers."""
-  from coursekit import stubs
+  from coursekit.learner import stubs
   before, runs = [], {}
   for cell in stubs.read_source(source).cells:
     if cell.cell_type != "code":
@@ -56,7 +56,7 @@ def _time_check(cells) -> tuple[float, float]:
 @section("exercises", "Exercises: each check cell, from a fresh kernel")
 def exercises(ctx) -> Table:
   sys.path.insert(0, str(ROOT / "exercises"))
-  from coursekit import stubs
+  from coursekit.learner import stubs
   cases = [(source.stem, exercise, cells) for source in stubs.sources()
            for exercise, cells in _runs(source).items()]
   if ctx.quick:

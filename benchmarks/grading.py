@@ -34,7 +34,7 @@ GOAL_S = 180.0     # for N = 100 on 2 cores
 def _submissions(folder: Path, n: int) -> None:
   sys.path.insert(0, str(ROOT / "exercises"))
   import nbformat
-  from coursekit.stubs import read_source
+  from coursekit.learner.stubs import read_source
   nb = read_source(ROOT / "exercises" / "source" / "part1.md")
   text = nbformat.writes(nb)
   for i in range(n):
@@ -43,10 +43,11 @@ def _submissions(folder: Path, n: int) -> None:
 
 @section("grading", "Grading: 100 submissions of Part 1 on 2 cores, each exercise in a sandbox")
 def grading(ctx) -> Table:
-  from coursekit import feedback, grade, gradebook, report, sandbox
+  from coursekit.grader import (chapters, cli, feedback, gradebook, options, report, sandbox,
+                                scheduling, submissions)
   n = N_QUICK if ctx.quick else N
   runs, inside = [], []
-  real_run = grade.Workspace.run
+  real_run = scheduling.Workspace.run
 
   def timed_run(self, *args, **kwargs):
     t = time.perf_counter()
@@ -55,7 +56,7 @@ def grading(ctx) -> Table:
     inside.append(sum(c.get("seconds", 0) for c in out.cells if isinstance(c, dict)))
     return out
 
-  grade.Workspace.run = timed_run
+  scheduling.Workspace.run = timed_run
   old_cache = os.environ.get("XDG_CACHE_HOME")
   try:
     with tempfile.TemporaryDirectory(prefix="bench-grading-") as tmp:
@@ -63,15 +64,15 @@ def grading(ctx) -> Table:
       folder = Path(tmp) / "subs"
       folder.mkdir()
       _submissions(folder, n)
-      stubs = grade.load_stubs()
-      opts = grade.Options(seed=1)
+      stubs = chapters.load_stubs()
+      opts = options.Options(seed=1)
       t0 = time.perf_counter()
-      grader = grade.Grader(stubs, opts)
+      grader = scheduling.Grader(stubs, opts)
       mode = grader.ws.sandbox.mode
       bar = ctx.progress(range(6 * n), "grading")
       grader.progress = lambda: bar.update(1)
       try:
-        rows = grader.grade(grade.collect(folder), JOBS)
+        rows = grader.grade(submissions.collect(folder), JOBS)
       finally:
         bar.close()
         grader.close()
@@ -79,15 +80,15 @@ def grading(ctx) -> Table:
       report.write(rows, stubs, Path(tmp), {"seed": 1, "sandbox": mode, "limits": ""})
       t1 = time.perf_counter()   # what `make grade` adds: the learners' pages, the gradebook
       feedback.write(rows, stubs, Path(tmp) / "feedback", "all")
-      book, version = gradebook.Gradebook(Path(tmp) / "gradebook.sqlite"), grade.grader_version()
-      digests = {s.label: grade.content_hash(s) for s in grade.collect(folder)}
-      for label, group in grade.by_submission(rows).items():
+      book, version = gradebook.Gradebook(Path(tmp) / "gradebook.sqlite"), options.grader_version()
+      digests = {s.label: cli.content_hash(s) for s in submissions.collect(folder)}
+      for label, group in cli.by_submission(rows).items():
         book.record(group, digests[label], 1, version)
       book.close()
       total = time.perf_counter() - t0
       loop_s = time.perf_counter() - t1
   finally:
-    grade.Workspace.run = real_run
+    scheduling.Workspace.run = real_run
     if old_cache is None:
       os.environ.pop("XDG_CACHE_HOME", None)
     else:
@@ -162,7 +163,7 @@ def _grade_cli(folder: Path, out: Path, env: dict, extra: list) -> float:
 def _scheduler_overhead_s() -> float:
   """Seconds of scheduling per task: no-op tasks through a LocalCluster of 2 workers."""
   import dask
-  from coursekit.cluster import QUIET
+  from coursekit.grader.cluster import QUIET
   from distributed import Client, LocalCluster
   with dask.config.set(QUIET), \
       LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None,

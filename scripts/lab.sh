@@ -6,12 +6,12 @@
 # The file browser shows learners only what is theirs: the notebooks, not source/ (the
 # solutions) nor coursekit/ (the grader), hidden along with Jupyter's own defaults.
 # The notebooks' "In the book" links open the book that `make book` built, served by
-# the lab itself (exercises/coursekit/lab.py).
+# the lab itself (exercises/coursekit/learner/lab.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 hide="['source', 'coursekit', '__pycache__', '*.pyc', '*.pyo', '.DS_Store', '*~']"
 cmd=(.venv/bin/jupyter lab exercises "--ContentsManager.hide_globs=$hide"
-     --ServerApp.jpserver_extensions=coursekit.lab=True)
+     --ServerApp.jpserver_extensions=coursekit.learner.lab=True)
 if [ ! -d _build/html/book ]; then
   echo "make lab: the book isn't built, so the notebooks' book links have nothing to open yet: run make book" >&2
 fi

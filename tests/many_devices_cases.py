@@ -470,8 +470,8 @@ def sharded_jit_of_a_tanh_matmul_closing_over_its_weight_compiles_as_jax():
 def exercise_m5_reference_matches_the_partitioner():
   """M.5's reference predicts the collectives of every case the probe can draw, as the
   library's partitioned program and JAX's have them (so the reference is never wrong)."""
-  from coursekit import stubs
-  from coursekit.probes import many_devices as probes
+  from coursekit.learner import stubs
+  from coursekit.learner.probes import many_devices as probes
   source = ROOT / "exercises" / "source" / "many_devices.md"
   namespace = {}
   for cell in stubs.exercises(stubs.read_source(source))["M.5"]["solution"]:

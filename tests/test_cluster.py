@@ -1,4 +1,4 @@
-"""Grading on a Dask cluster (`--cluster`, coursekit.cluster), on localhost only.
+"""Grading on a Dask cluster (`--cluster`, coursekit.grader.cluster), on localhost only.
 
 A small mixed batch (a full, a stub and a corrupt notebook) is graded once
 with `--jobs 2`, in a process that then says whether it imported anything of
@@ -29,7 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "grading"))
 import grading_fixtures as F  # noqa: E402
 
-from coursekit import grade, report, sandbox  # noqa: E402
+from coursekit.grader import (chapters, cli, options, outcome, reading, report, sandbox,  # noqa: E402
+                              submissions)
 
 SEED = 11
 BATCH = {"full.ipynb", "stub.ipynb", "corrupt.ipynb"}
@@ -69,8 +70,8 @@ def baseline(batch, tmp_path_factory):
   """The files of `--jobs 2`, and the Dask modules that run imported."""
   out = tmp_path_factory.mktemp("jobs2")
   argv = [str(batch), "--out", str(out), "--jobs", "2", *map(str, COMMON)]
-  code = ("import sys; from coursekit import grade; "
-          f"rc = grade.main({argv!r}); "
+  code = ("import sys; from coursekit.grader import cli; "
+          f"rc = cli.main({argv!r}); "
           "print(rc, sorted({m.split('.')[0] for m in sys.modules} & {'dask', 'distributed'}))")
   proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_env(),
                         capture_output=True, text=True, timeout=600)
@@ -100,16 +101,16 @@ def test_a_local_cluster_gives_the_same_files(batch, baseline, local2, tmp_path)
 
 
 def test_local_n_needs_a_number_of_workers():
-  from coursekit import cluster
+  from coursekit.grader import cluster
   for bad in ("local:0", "local:x"):
     with pytest.raises(ValueError, match="say how many workers"):
       cluster.connect(bad)
 
 
 def test_a_worker_killed_mid_task_loses_nothing(batch, baseline, local2, tmp_path):
-  from coursekit import cluster
-  stubs = grade.load_stubs()
-  opts = grade.Options(timeout=30, memory_mib=1024, seed=SEED)
+  from coursekit.grader import cluster
+  stubs = chapters.load_stubs()
+  opts = options.Options(timeout=30, memory_mib=1024, seed=SEED)
   g = cluster.ClusterGrader(stubs, opts, local2.scheduler_address, log=lambda text: None)
   killed = []
 
@@ -128,7 +129,7 @@ def test_a_worker_killed_mid_task_loses_nothing(batch, baseline, local2, tmp_pat
   killer.start()
   handed = []
   try:
-    rows = g.grade(grade.collect(batch), on_rows=lambda p, r: handed.append((p.sub.label, r)))
+    rows = g.grade(submissions.collect(batch), on_rows=lambda p, r: handed.append((p.sub.label, r)))
   finally:
     killed.append(None)
     g.close()
@@ -145,8 +146,8 @@ def test_a_worker_killed_mid_task_loses_nothing(batch, baseline, local2, tmp_pat
 # fast the machine or the cluster is.
 CTRL_C_AFTER_FIRST_RECORD = """
 import os, signal, sys
-from coursekit import grade
-from coursekit.gradebook import Gradebook
+from coursekit.grader import cli
+from coursekit.grader.gradebook import Gradebook
 signal.signal(signal.SIGINT, signal.default_int_handler)   # as in a terminal: a process
 # started in the background by a shell inherits SIGINT ignored, and Ctrl-C would do nothing
 record = Gradebook.record
@@ -154,14 +155,14 @@ def record_then_ctrl_c(self, *args, **kwargs):
   record(self, *args, **kwargs)
   os.kill(os.getpid(), signal.SIGINT)
 Gradebook.record = record_then_ctrl_c
-sys.exit(grade.main(sys.argv[1:]))
+sys.exit(cli.main(sys.argv[1:]))
 """
 
 
 def test_ctrl_c_then_a_rerun_grades_only_what_is_missing(batch, baseline, local2, tmp_path):
   """Each submission is in the gradebook as soon as it is graded: after Ctrl-C, a rerun
   grades only the rest, and writes the same files."""
-  from coursekit.gradebook import Gradebook
+  from coursekit.grader.gradebook import Gradebook
   out = tmp_path / "out"
   argv = [str(batch), "--out", str(out), "--cluster", local2.scheduler_address, *COMMON]
   proc = subprocess.run([sys.executable, "-c", CTRL_C_AFTER_FIRST_RECORD, *map(str, argv)],
@@ -228,14 +229,14 @@ def test_a_worker_without_bwrap_grades_nothing(batch, baseline, tmp_path):
 
 def test_a_scheduler_that_does_not_answer(tmp_path, capsys):
   import distributed  # noqa: F401 (imported before the clock starts)
-  from coursekit.cluster import CONNECT_TIMEOUT
+  from coursekit.grader.cluster import CONNECT_TIMEOUT
   with socket.socket() as s:   # a port that nothing listens on
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
   F.write(tmp_path / "subs", names={"full.ipynb"})
   t = time.monotonic()
-  rc = grade.main([str(tmp_path / "subs"), "--out", str(tmp_path / "out"), "--cluster",
-                   f"tcp://127.0.0.1:{port}", "--seed", str(SEED)])
+  rc = cli.main([str(tmp_path / "subs"), "--out", str(tmp_path / "out"), "--cluster",
+                 f"tcp://127.0.0.1:{port}", "--seed", str(SEED)])
   assert time.monotonic() - t < CONNECT_TIMEOUT + 20
   err = capsys.readouterr().err
   assert rc == 2 and f"no Dask scheduler answered at tcp://127.0.0.1:{port}" in err, err
@@ -243,22 +244,22 @@ def test_a_scheduler_that_does_not_answer(tmp_path, capsys):
 
 
 def test_what_the_cluster_could_not_grade_is_not_graded_never_0(tmp_path):
-  from coursekit import cluster
-  from coursekit.submissions import Submission
-  stubs = grade.load_stubs()
+  from coursekit.grader import cluster
+  from coursekit.grader.submissions import Submission
+  stubs = chapters.load_stubs()
   g = cluster.ClusterGrader.__new__(cluster.ClusterGrader)   # no cluster: the rows alone
   g.stubs, g.progress, g.count_not_graded = stubs, None, 0
   sub = Submission("lost.ipynb", b"{}")
   why = "the cluster could not grade it (KilledWorker: the task killed 3 workers)"
   for part, n in ((None, 1), ("part1", len(stubs["part1"].exercises))):
-    g.opts = grade.Options(part=part, seed=SEED)
-    rows = g.failed(grade.Parsed(sub, "lost", part, failure=why))
+    g.opts = options.Options(part=part, seed=SEED)
+    rows = g.failed(reading.Parsed(sub, "lost", part, failure=why))
     assert len(rows) == n
     assert all(r["status"] == "not graded" and r["points"] == "" for r in rows)
     assert all(r["reason"].startswith(why) and "rerun" in r["reason"] for r in rows)
   records = {("part1", ex): RuntimeError("no worker") for ex in stubs["part1"].exercises}
-  p = grade.Parsed(sub, "lost", "part1")
-  rows += g.rows_of(p, {ex: grade.Outcome("ok") for ex in stubs["part1"].exercises}, records)
+  p = reading.Parsed(sub, "lost", "part1")
+  rows += g.rows_of(p, {ex: outcome.Outcome("ok") for ex in stubs["part1"].exercises}, records)
   assert g.count_not_graded == 1 + 2 * n and all(r["status"] == "not graded" for r in rows)
   report.write(rows, stubs, tmp_path, {"seed": SEED})
   assert {r["points"] for r in read_rows(tmp_path)} == {""}

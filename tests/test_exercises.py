@@ -39,7 +39,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from coursekit import sandbox
+from coursekit.grader import sandbox
 
 ROOT = Path(__file__).resolve().parents[1]
 EXERCISE_DIR = ROOT / "exercises"
@@ -160,7 +160,7 @@ def test_every_probe_draws_seeded_inputs(build, part):
 
 
 def test_a_probe_without_seeded_inputs_is_refused(tmp_path):
-  from coursekit import checks, probe
+  from coursekit.learner import checks, probe
   spec = probe.Spec("9.9", lambda p, f: p.value("f(2)", f(2.)), ("f",), {})
   records = probe.run(spec, {"f": abs}, seed=0)
   with pytest.raises(RuntimeError, match="the same at seeds 0 to 3"):
@@ -179,7 +179,7 @@ def test_a_probe_without_seeded_inputs_is_refused(tmp_path):
 
 
 def test_records_compare_with_tolerances_not_bytes():
-  from coursekit.stubs import same_records
+  from coursekit.learner.stubs import same_records
   rec = lambda v, dtype="float64": {"9.9": [{"label": "y", "rtol": 1e-7, "atol": 1e-9,
                                              "dtype": True, "value": {
       "k": "array", "dtype": dtype, "shape": [1], "data": [v]}}]}
@@ -282,7 +282,7 @@ def runs(all_solutions, tmp_path_factory):
     for name, nb in delegating(part, all_solutions[part]).items():
       nbformat.write(nb, folders[part] / f"{name}.ipynb")
       delegated.append(str(folders[part] / f"{name}.ipynb"))
-  nbval = start("-m", "coursekit.nbval_run", "-q", "-c", "pytest.ini", "--rootdir", ".",
+  nbval = start("-m", "coursekit.learner.nbval_run", "-q", "-c", "pytest.ini", "--rootdir", ".",
                 "--nbval-lax", "--nbval-current-env", "--nbval-cell-timeout=600",
                 "--junitxml=junit.xml", *plain, cwd=root)
   checks = start(str(ROOT / "tests" / "fixtures" / "delegations.py"), *delegated)
@@ -389,7 +389,7 @@ def test_grader_does_not_modify_submissions(runs, part):
 
 
 def test_graft_puts_checks_back_in_place(solutions):
-  from coursekit.grade import graft
+  from coursekit.grader.rebuild import graft
   stub = nbformat.read(stub_path("part1"), as_version=4)
   nb = copy.deepcopy(solutions)
   nb.cells = [c for c in nb.cells if c.metadata.get("role") != "check"]

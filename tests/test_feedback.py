@@ -4,7 +4,7 @@ plausible mistake.
 * Each statement (`exercises/source/*.md`) ends with a hint (folded away in
   the stub) and links the section of the book that explains its idea; the
   link names a chapter of _toc.yml and a section that chapter has, and the
-  stub points it at the site (`coursekit.stubs.book_links`).
+  stub points it at the site (`coursekit.learner.stubs.book_links`).
 * Each mistake of tests/fixtures/mistakes/ is made alone, in a notebook-like
   namespace in which the chapter's reference ran (a subprocess per chapter),
   and its check's message must help: it names the case, never shows an
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.timeout(2400)   # generous: on 2 busy cores the 50-seed
 
 
 def _statements():
-  from coursekit import stubs
+  from coursekit.learner import stubs
   for path in SOURCES:
     for ex, entry in stubs.exercises(stubs.read_source(path), path.name).items():
       yield pytest.param(path.stem, ex, entry["statement"].source, id=ex)
@@ -59,7 +59,7 @@ def _chapters() -> set:
 
 @pytest.mark.parametrize("part, exercise, statement", list(_statements()))
 def test_every_statement_has_a_hint_and_links_its_section(part, exercise, statement):
-  from coursekit import stubs
+  from coursekit.learner import stubs
   assert stubs._HINT.search(statement), f"{exercise}: no *Hint:* paragraph"
   links = re.findall(r"\]\(\.\./book/([\w-]+)\.md#([\w-]+)\)", statement)
   assert links, f"{exercise}: no link to its section, like [Part 1, ...](../book/x.md#section)"
@@ -73,7 +73,7 @@ def test_every_statement_has_a_hint_and_links_its_section(part, exercise, statem
 
 @pytest.mark.parametrize("part", [p.stem for p in SOURCES])
 def test_stubs_link_the_site_and_fold_the_hints(part):
-  from coursekit import stubs
+  from coursekit.learner import stubs
   nb = nbformat.read(ROOT / "exercises" / f"{part}.ipynb", as_version=4)
   site = stubs.site_url()
   for cell in nb.cells:
@@ -83,7 +83,7 @@ def test_stubs_link_the_site_and_fold_the_hints(part):
 
 
 def test_book_links_rewrite_sources_to_pages():
-  from coursekit.stubs import book_links
+  from coursekit.learner.stubs import book_links
   text = "See [Part 1, *x*](../book/part1_interpreters.md#jvp) and [it](../book/glossary.md)."
   assert book_links(text, "../") == \
       "See [Part 1, *x*](../book/part1_interpreters.html#jvp) and [it](../book/glossary.html)."
@@ -93,7 +93,7 @@ def test_book_links_rewrite_sources_to_pages():
 # --- The comparison's messages --------------------------------------------------------------
 
 def _verdict(want_fn, got_fn):
-  from coursekit import probe
+  from coursekit.learner import probe
   want, got = probe.Probe("x", 0), probe.Probe("x", 0)
   want_fn(want)
   got_fn(got)
@@ -129,7 +129,7 @@ def test_likely_causes_of_a_wrong_array():
 def test_an_error_or_a_zero_instead_of_a_value_says_so():
   import numpy as np
   from autodidax.ad import Zero
-  from coursekit import probe
+  from coursekit.learner import probe
   v = _verdict(lambda p: p.value("a", np.ones(3)), lambda p: p.value("a", Zero.from_value(np.ones(3))))
   assert "got a symbolic Zero (ad.instantiate_zeros" in v.message
 
@@ -144,7 +144,7 @@ def test_an_error_or_a_zero_instead_of_a_value_says_so():
 
 
 def test_an_error_is_shown_under_the_step_it_broke_with_its_inputs():
-  from coursekit import probe
+  from coursekit.learner import probe
 
   def case(p, fn):
     p.given(x=0.5)
@@ -175,7 +175,7 @@ def test_a_yes_or_no_shows_what_was_measured():
 def test_a_jaxpr_run_on_too_few_inputs_says_so():
   import autodidax as adx
   from autodidax.jaxpr import eval_jaxpr
-  from coursekit import probe
+  from coursekit.learner import probe
   closed = adx.make_jaxpr(lambda x, y: x * y)(1., 2.)
 
   def run(p, args):
@@ -188,14 +188,14 @@ def test_a_jaxpr_run_on_too_few_inputs_says_so():
 
 
 def test_a_learner_can_read_a_probe_wherever_the_course_is_installed(capsys):
-  from coursekit import checks
+  from coursekit.learner import checks
   checks.show_probe("1.2")
   assert "def probe_1_2(p, tanh_jvp):" in capsys.readouterr().out
 
 
 def test_the_many_devices_setup_warns_when_xla_came_up_with_too_few(monkeypatch, capsys):
   import autodidax
-  from coursekit import checks
+  from coursekit.learner import checks
   for have, warned in ((1, True), (8, False)):
     monkeypatch.setattr(autodidax, "devices", lambda have=have: ["cpu"] * have)
     assert checks.expect_devices(8) == have
@@ -213,8 +213,8 @@ def _mistake_feedback(part: str) -> list[dict]:
   reference's records at every seed of `SEEDS`, then each mistake alone (its
   answer cells rerun with the mistake, the check, the probe at every seed, the
   right answer back). [{exercise, k, new, message, passed, passes_at}]"""
-  from coursekit import checks, stubs
-  from coursekit import probe as probes
+  from coursekit.learner import checks, stubs
+  from coursekit.learner import probe as probes
   sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
   import compile_once   # a probe at 50 seeds compiles the same programs over and over
   compile_once.install()

@@ -1,4 +1,4 @@
-"""The learners' feedback pages (coursekit.feedback), from rows made here: what a page
+"""The learners' feedback pages (coursekit.grader.feedback), from rows made here: what a page
 shows at each level, what it never shows, and how it reads in headless chromium at
 390 and 1280 px with learner-controlled text built to run scripts. The pages of a
 whole graded class are checked in tests/test_instructor_loop.py."""
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from coursekit import feedback, grade
+from coursekit.grader import chapters, feedback
 
 ROOT = Path(__file__).resolve().parents[1]
 EVIL = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
@@ -16,7 +16,7 @@ EVIL = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 
 
 @pytest.fixture(scope="module")
 def stubs():
-  return grade.load_stubs()
+  return chapters.load_stubs()
 
 
 def rows(student=f"mallory {EVIL}", sub="mallory/part1.ipynb"):

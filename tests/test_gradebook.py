@@ -1,4 +1,4 @@
-"""The gradebook (coursekit.gradebook) and the LMS exports (coursekit.exports).
+"""The gradebook (coursekit.grader.gradebook) and the LMS exports (coursekit.grader.exports).
 
 Unit tests on rows made here, and two real grading runs at once on one gradebook
 (tiny: one Part 1 notebook each). The whole class, graded once, is in
@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "grading"))
 import grading_fixtures as F  # noqa: E402
 
-from coursekit import exports, gradebook, sandbox  # noqa: E402
-from coursekit.gradebook import Gradebook, GradebookError  # noqa: E402
+from coursekit.grader import exports, gradebook, sandbox  # noqa: E402
+from coursekit.grader.gradebook import Gradebook, GradebookError  # noqa: E402
 
 WHY_NOT = sandbox.unavailable()
 needs_bwrap = pytest.mark.skipif(WHY_NOT is not None and
@@ -96,7 +96,7 @@ def test_an_older_gradebook_is_migrated_without_losing_a_row(tmp_path):
 
 _WRITER = """
 import sys
-from coursekit.gradebook import Gradebook
+from coursekit.grader.gradebook import Gradebook
 book = Gradebook(sys.argv[1])
 for i in range(120):
   rows = [dict(student=f"{sys.argv[2]}{i}", part="part1", exercise=ex, points="1",

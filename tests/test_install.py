@@ -32,7 +32,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from coursekit import stubs
+from coursekit.learner import stubs
 from test_links import _chapters, _click_in_lab, _download, _in_browser, _lab, _links
 from test_links import build, site  # noqa: F401 (fixtures)
 

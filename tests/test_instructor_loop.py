@@ -23,8 +23,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "grading"))
 
-from coursekit import feedback, gradebook, gradescope, sandbox  # noqa: E402
-from coursekit.stubs import BEGIN, END, read_source  # noqa: E402
+from coursekit.grader import feedback, gradebook, gradescope, sandbox  # noqa: E402
+from coursekit.learner.stubs import BEGIN, END, read_source  # noqa: E402
 
 SEED = 5   # as tests/test_exercises.py: the reference runs at it are cached and shared
 SOURCES = sorted((ROOT / "exercises" / "source").glob("*.md"))

@@ -79,7 +79,7 @@ def test_make_lab_adds_allow_root_only_for_root(tmp_path, uid):
   command = proc.stdout.strip().splitlines()[-1].split()
   assert command[:3] == [".venv/bin/jupyter", "lab", "exercises"]
   assert " ".join(command[3:5]) == "--ContentsManager.hide_globs=['source', 'coursekit',"
-  assert "--ServerApp.jpserver_extensions=coursekit.lab=True" in command   # the book's links
+  assert "--ServerApp.jpserver_extensions=coursekit.learner.lab=True" in command   # the book's links
   hidden = len(command) - 2 - (uid == "0")   # the hide_globs list is several words
   assert command[hidden:] == (["--allow-root"] if uid == "0" else []) + ["--no-browser",
                                                                           "--port=8899"]
@@ -87,13 +87,13 @@ def test_make_lab_adds_allow_root_only_for_root(tmp_path, uid):
 
 
 def test_the_lab_shows_book_links_at_its_copy_of_the_book_and_saves_them_as_they_were(tmp_path):
-  """coursekit.lab's contents manager: a notebook opened in the lab links the book the
+  """coursekit.learner.lab's contents manager: a notebook opened in the lab links the book the
   lab serves (under its base URL); saved, its file is as before, links and all."""
   import asyncio
   from concurrent.futures import ThreadPoolExecutor
 
   import nbformat
-  from coursekit import lab
+  from coursekit.learner import lab
   from traitlets import Unicode
   from traitlets.config import Configurable
 

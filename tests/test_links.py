@@ -10,7 +10,7 @@ notebooks, in headless chromium, each to a page that has its #anchor.
   book/running_exercises.md says: tests/test_install.py, which builds that
   environment, uses this module's site, download and lab helpers.
 * Under `make lab`: the lab serves the built book itself and shows the links
-  there (exercises/coursekit/lab.py); each page is fetched from the lab, and a
+  there (exercises/coursekit/learner/lab.py); each page is fetched from the lab, and a
   click opens one in a new tab.
 
 The site is the session's build (test_site's `build` fixture, which reruns
@@ -35,7 +35,7 @@ from pathlib import Path
 from urllib.parse import urljoin, urlparse
 
 import pytest
-from coursekit.lab import ROUTE
+from coursekit.learner.lab import ROUTE
 
 from test_lab import MAKE, _env, _free_port
 from test_site import CHROMIUM, CHROMIUM_ARGS, HTML, _skip_or_fail, build  # noqa: F401 (fixture)

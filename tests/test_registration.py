@@ -59,8 +59,8 @@ def test_chapter_is_registered_everywhere(doc):
   missing = []
   if not (ROOT / "exercises" / f"{nb}.ipynb").is_file():
     missing.append(f"exercises/{nb}.ipynb")
-  for f in (f"exercises/source/{nb}.md", f"exercises/coursekit/probes/{nb}.py",
-            f"exercises/coursekit/expected/{nb}.json"):
+  for f in (f"exercises/source/{nb}.md", f"exercises/coursekit/learner/probes/{nb}.py",
+            f"exercises/coursekit/learner/expected/{nb}.json"):
     if not (ROOT / f).is_file():
       missing.append(f)
   places = {

@@ -392,7 +392,7 @@ def exercise_r3() -> dict:
 
 
 def _exercise_namespace(*cell_ids) -> dict:
-  from coursekit import stubs
+  from coursekit.learner import stubs
   nb = stubs.read_source(Path(__file__).resolve().parents[1] / "exercises" / "source" / "remat.md")
   ns = dict(np=np, adx=adx, anp=anp, P=P, checkpoint_name=checkpoint_name)
   cells = {c.id: c.source for c in nb.cells}
@@ -404,7 +404,7 @@ def _exercise_namespace(*cell_ids) -> dict:
 def test_exercise_r3_reference_predicts_every_chain_the_probe_draws(exercise_r3):
   """Every chain of up to MAX_OPS ops under every policy, not only the probe's draws: the
   reference answer must be exactly what print_saved_residuals prints, in order."""
-  from coursekit.probes import remat as probes
+  from coursekit.learner.probes import remat as probes
   predict, x = exercise_r3["predict_residuals"], np.array([0.3, 0.7, 1.1])
   for seed in range(3):   # the probe draws from that set
     for ops, policy in probes._residual_cases(np.random.default_rng(seed)):
@@ -419,7 +419,7 @@ def test_exercise_r3_reference_predicts_every_chain_the_probe_draws(exercise_r3)
 
 
 def test_exercise_r3_notebook_builds_the_probes_functions(exercise_r3):
-  from coursekit.probes import remat as probes
+  from coursekit.learner.probes import remat as probes
   assert set(exercise_r3["OPS"]) == set(probes.OPS)
   assert {None, *exercise_r3["POLICIES"]} == set(probes.POLICIES)
   x = exercise_r3["x"]
@@ -472,7 +472,7 @@ def exercise_r5() -> dict:
 
 
 def test_exercise_r5_reference_counts_every_program_the_probe_draws(exercise_r5):
-  from coursekit.probes import remat as probes
+  from coursekit.learner.probes import remat as probes
   count = exercise_r5["count_barriers"]
   for seed in range(3):
     for blocks, _ in probes._barrier_cases(np.random.default_rng(seed)):

@@ -687,8 +687,8 @@ def test_every_chapter_links_its_exercises_from_the_site(build):
   import zipfile
   with zipfile.ZipFile(HTML / "exercises" / "autodidax-course.zip") as z:
     names = set(z.namelist())
-  for f in ["pyproject.toml", "lib/autodidax/core.py", "exercises/coursekit/checks.py",
-            "exercises/coursekit/probes/part1.py", "exercises/coursekit/expected/part1.json"]:
+  for f in ["pyproject.toml", "lib/autodidax/core.py", "exercises/coursekit/learner/checks.py",
+            "exercises/coursekit/learner/probes/part1.py", "exercises/coursekit/learner/expected/part1.json"]:
     assert f"autodidax-course/{f}" in names
 
 
@@ -704,7 +704,7 @@ def test_the_sites_zip_installs_the_library_and_the_checks(build, tmp_path):
     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
   assert proc.returncode == 0, proc.stdout
   proc = subprocess.run(
-    [sys.executable, "-c", "import autodidax, json, coursekit.checks as c, coursekit.probes.part1; "
+    [sys.executable, "-c", "import autodidax, json, coursekit.learner.checks as c, coursekit.learner.probes.part1; "
      "print(autodidax.__file__, len(json.loads((c.EXPECTED / 'part1.json').read_text())))"],
     cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(tmp_path / "site")),
     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -19,7 +19,7 @@ ZIP = "autodidax-course.zip"
 IN_ZIP = [   # what `pip install` needs: the package metadata and both packages (every
   # subpackage), with the check cells' probes and the reference's expected records
   "pyproject.toml", "lib/autodidax/**/*.py", "exercises/coursekit/**/*.py",
-  "exercises/coursekit/expected/*.json",
+  "exercises/coursekit/learner/expected/*.json",
 ]
 
 

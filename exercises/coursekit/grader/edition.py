@@ -9,7 +9,7 @@ computes it:
     removes={"autodidax.api:jacfwd": "jacfwd", "autodidax.api:jacrev": None}
 
 `build` copies `lib/autodidax` and replaces each target's definition, source
-and all, with a slot of the same name (`coursekit.answers`): it forwards to
+and all, with a slot of the same name (`coursekit.learner.answers`): it forwards to
 the learner's function of that name in the notebook's namespace, and refuses,
 naming the library function and the exercise, when the learner's code calls
 it or when it stands for no answer. So inside the grader's sandbox the
@@ -30,12 +30,18 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from . import answers
+from ..learner import answers
 
-LIB = Path(__file__).resolve().parents[2] / "lib" / "autodidax"
-KIT = Path(__file__).resolve().parent
-# What a sandbox needs of coursekit: the runner, the probes and what they import.
-KIT_FILES = ("__init__.py", "answers.py", "checks.py", "probe.py", "runner.py")
+LIB = Path(__file__).resolve().parents[3] / "lib" / "autodidax"
+KIT = Path(__file__).resolve().parents[1]   # the coursekit package
+# What a sandbox needs of coursekit (paths in the package): the runner and what it imports
+# (`grader/sandboxed/`), the probes and what they import (`learner/`), and their packages.
+KIT_FILES = ("__init__.py", "_lean_imports.py", "runner.py", "checks.py", "probe.py", "answers.py",
+             "learner/__init__.py", "learner/answers.py",
+             "learner/checks.py", "learner/probe.py", "grader/__init__.py",
+             "grader/sandboxed/__init__.py", "grader/sandboxed/cells.py",
+             "grader/sandboxed/runner.py")
+PROBES = KIT / "learner" / "probes"
 
 
 class EditionError(Exception):
@@ -121,8 +127,7 @@ def package(pkg: Path, zip_path: Path, inside: str) -> Path:
   its bytecode beside it (as zipimport looks for it); `inside` is where the zip is
   in the sandbox (for tracebacks)."""
   files = [(f"autodidax/{p.relative_to(pkg).as_posix()}", p) for p in sorted(pkg.rglob("*.py"))]
-  files += [(f"coursekit/{n}", KIT / n) for n in KIT_FILES]
-  files += [(f"coursekit/probes/{p.name}", p) for p in sorted((KIT / "probes").glob("*.py"))]
+  files += [(f"coursekit/{p.relative_to(KIT).as_posix()}", p) for p in kit_files()]
   with zipfile.ZipFile(zip_path, "w", zipfile.ZIP_STORED) as z:
     for arc, path in files:
       data = path.read_bytes()
@@ -137,7 +142,7 @@ def package(pkg: Path, zip_path: Path, inside: str) -> Path:
 
 
 def kit_files() -> list[Path]:
-  return [KIT / n for n in KIT_FILES] + sorted((KIT / "probes").glob("*.py"))
+  return [KIT / n for n in KIT_FILES] + sorted(PROBES.glob("*.py"))
 
 
 def fingerprint(lib: Path = LIB) -> str:

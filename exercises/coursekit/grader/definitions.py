@@ -24,7 +24,7 @@ import re
 import symtable
 from dataclasses import dataclass, field
 
-from .runner import lines as split_lines, neutralize, parse
+from .sandboxed.cells import lines as split_lines, neutralize, parse
 
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.ListComp,
            ast.SetComp, ast.DictComp, ast.GeneratorExp)

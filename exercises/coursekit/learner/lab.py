@@ -15,7 +15,7 @@ from jupyter_server.services.contents.largefilemanager import AsyncLargeFileMana
 from jupyter_server.utils import url_path_join
 from tornado import web
 
-SITE = Path(__file__).resolve().parents[2] / "_build" / "html"   # what `make book` writes
+SITE = Path(__file__).resolve().parents[3] / "_build" / "html"   # what `make book` writes
 ROUTE = "autodidax/"
 IN_FILE = "](../book/"
 
@@ -61,7 +61,7 @@ class BookLinksContentsManager(AsyncLargeFileManager):
 
 
 def _jupyter_server_extension_points():
-  return [{"module": "coursekit.lab"}]
+  return [{"module": "coursekit.learner.lab"}]
 
 
 def _link_jupyter_server_extension(serverapp):

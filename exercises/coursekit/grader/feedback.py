@@ -18,7 +18,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from .report import CSS
-from .stubs import site_url
+from ..learner.stubs import site_url
 
 LEVELS = ("none", "failures", "all")
 _LINK = re.compile(r"In the book: \[(.+?)\]\(([^)\s]+)\)")

@@ -33,11 +33,15 @@ from pathlib import Path
 import dask
 from distributed import Client, LocalCluster, WorkerPlugin, as_completed
 
-from . import grade
+from ..learner.stubs import EXERCISES
+from .chapters import load_stubs
 from .edition import LIB, fingerprint
+from .options import Options, kit_hash
+from .reading import Parsed
 from .sandbox import SandboxUnavailable, mode_text, unavailable
-from .stubs import EXERCISES
-from .submissions import Submission
+from .scheduling import Grader
+from .submissions import Submission, student_of
+from .verdicts import left_out, row, verdict
 
 RESOURCE = "bwrap"      # what a worker that can sandbox offers, one per thread
 RETRIES = 2             # a task that raises is retried this many times
@@ -55,7 +59,7 @@ QUIET = {"distributed.worker.profile.enabled": False, "distributed.admin.tick.in
 
 def course_version(exercises: Path) -> str:
   """A hash of what decides a grade: the library, the grader, the stub notebooks."""
-  h = hashlib.sha256((fingerprint(LIB) + grade.kit_hash()).encode())
+  h = hashlib.sha256((fingerprint(LIB) + kit_hash()).encode())
   for path in sorted(exercises.glob("*.ipynb")):
     h.update(path.name.encode() + path.read_bytes())
   return h.hexdigest()[:16]
@@ -78,14 +82,14 @@ class SandboxCheck(WorkerPlugin):
 _graders: dict = {}   # this worker's Grader per (options, stub folder)
 
 
-def _grader(opts: grade.Options, exercises: str | None, version: str) -> grade.Grader:
+def _grader(opts: Options, exercises: str | None, version: str) -> Grader:
   key = (astuple(opts), exercises)
   if key not in _graders:
     folder = Path(exercises) if exercises else EXERCISES
     if course_version(folder) != version:
       raise RuntimeError("this worker has another version of the course than the client "
                          "(library, grader or stub notebooks): install the same one on both")
-    _graders[key] = grade.Grader(grade.load_stubs(folder), opts, folder=folder)
+    _graders[key] = Grader(load_stubs(folder), opts, folder=folder)
   return _graders[key]
 
 
@@ -138,10 +142,10 @@ def connect(address: str) -> Client:
 
 
 class ClusterGrader:
-  """`grade.Grader`'s interface (grade, progress, signatures, close), on a Dask cluster.
+  """`scheduling.Grader`'s interface (grade, progress, signatures, close), on a Dask cluster.
   `on_rows(parsed, rows)` is called as soon as a submission's rows are known."""
 
-  def __init__(self, stubs, opts: grade.Options, address: str, exercises: Path = EXERCISES,
+  def __init__(self, stubs, opts: Options, address: str, exercises: Path = EXERCISES,
                log=print):
     self.stubs, self.opts, self.progress = stubs, opts, None
     self.signatures: list = []
@@ -231,7 +235,7 @@ class ClusterGrader:
       try:
         result = f.result()
       except Exception as e:  # noqa: BLE001 (the worker died too often, or raised)
-        p = grade.Parsed(subs[i], grade.student_of(subs[i], None)[0], self.opts.part,
+        p = Parsed(subs[i], student_of(subs[i], None)[0], self.opts.part,
                          failure=f"the cluster could not grade it ({type(e).__name__}: {e})")
         if on_parsed:
           on_parsed(p)
@@ -259,10 +263,10 @@ class ClusterGrader:
   def _needs(self, p) -> list:
     return [] if p.failure else [(p.part, ex) for ex in self.stubs[p.part].exercises]
 
-  def rows_of(self, p: grade.Parsed, got: dict, records: dict) -> list[dict]:
+  def rows_of(self, p: Parsed, got: dict, records: dict) -> list[dict]:
     """The rows of a submission, compared here with the reference's records."""
     if p.failure:
-      return grade.Grader.failure_rows(self, p)   # it needs only `self.stubs`
+      return Grader.failure_rows(self, p)   # it needs only `self.stubs`
     stub, out = self.stubs[p.part], []
     flags = [f"review: {', '.join(p.flags)}"] if p.flags else []
     for ex in stub.exercises:
@@ -271,23 +275,23 @@ class ClusterGrader:
         out += self.not_graded(p, [ex], f"the reference solution could not run on the cluster "
                                f"({type(want).__name__}: {want})")
       else:
-        status, reason, notes = (grade.verdict(p, ex, outcome, want, stub)
+        status, reason, notes = (verdict(p, ex, outcome, want, stub)
                                  if not isinstance(outcome, str) else ("fail", outcome, []))
-        out.append(dict(grade.row(p.sub, p.student, p.part, ex, status, reason,
+        out.append(dict(row(p.sub, p.student, p.part, ex, status, reason,
                                   p.notes + flags + notes, stub.points[ex]),
-                        left_out=grade.left_out(p)))
+                        left_out=left_out(p)))
       if self.progress:
         self.progress()
     return out
 
-  def failed(self, p: grade.Parsed) -> list[dict]:
+  def failed(self, p: Parsed) -> list[dict]:
     stub = self.stubs.get(self.opts.part) if self.opts.part else None
     return self.not_graded(p, stub.exercises if stub else ["*"], p.failure)
 
-  def not_graded(self, p: grade.Parsed, exercises, why: str) -> list[dict]:
+  def not_graded(self, p: Parsed, exercises, why: str) -> list[dict]:
     """Rows that say what kept the cluster from grading: blank points, never 0."""
     stub = self.stubs.get(p.part) if p.part else None
-    rows = [grade.row(p.sub, p.student, p.part or "?", ex, NOT_GRADED,
+    rows = [row(p.sub, p.student, p.part or "?", ex, NOT_GRADED,
                       f"{why}; rerun to grade it", p.notes, stub.points[ex] if stub else 0.0)
             for ex in exercises]
     for r in rows:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import ast
 
-from .runner import neutralize, parse
+from .sandboxed.cells import neutralize, parse
 
 JAX = ("jax", "jaxlib", "_jax")   # a name component that reaches JAX
 RISKY = {"importlib": "uses importlib (dynamic imports)", "ctypes": "uses ctypes",
@@ -52,7 +52,8 @@ INTROSPECTION = {"tb_frame": "frames", "f_back": "frames", "f_globals": "frames"
                  "__builtins__": "the builtins", "cell_contents": "a function's closure",
                  "__subclasses__": "every class's subclasses", "__self__": "a method's object"}
 GRADER = ("coursekit.probe", "coursekit.runner", "coursekit.answers", "coursekit.grade",
-          "coursekit.sandbox", "coursekit.edition", "coursekit.definitions")
+          "coursekit.sandbox", "coursekit.edition", "coursekit.definitions",
+          "coursekit.learner.probe", "coursekit.learner.answers", "coursekit.learner.probes")
 
 
 def aliases(sources) -> dict[str, str]:

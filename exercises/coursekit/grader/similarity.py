@@ -20,7 +20,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from .runner import neutralize, parse
+from .sandboxed.cells import neutralize, parse
 
 THRESHOLD = 0.9
 MIN_TOKENS = 12     # shorter answers are too alike by nature

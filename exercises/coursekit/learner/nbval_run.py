@@ -1,6 +1,6 @@
 """Run nbval on notebooks, recording the outcome of each cell.
 
-    python -m coursekit.nbval_run [PYTEST OPTIONS] NOTEBOOK...
+    python -m coursekit.learner.nbval_run [PYTEST OPTIONS] NOTEBOOK...
 
 runs pytest with only the nbval plugin and this one (the venv's other plugins
 are not loaded: they cost seconds per run). This module is also the plugin: it
@@ -50,7 +50,7 @@ def pytest_sessionfinish(session):
 def main(argv=None) -> int:
   os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
   args = sys.argv[1:] if argv is None else list(argv)
-  return pytest.main(["-p", "nbval.plugin", "-p", "coursekit.nbval_run", "-p",
+  return pytest.main(["-p", "nbval.plugin", "-p", "coursekit.learner.nbval_run", "-p",
                       "no:cacheprovider", *args])
 
 
