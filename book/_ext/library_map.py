@@ -7,7 +7,9 @@ build time, on the same graph that tests/test_imports.py checks for cycles
 from __future__ import annotations
 
 import ast
+import html
 import pathlib
+import re
 
 import graphviz
 
@@ -16,6 +18,8 @@ import import_graph
 LIB = pathlib.Path(__file__).resolve().parents[2] / "lib" / "autodidax"
 TOP = "autodidax"
 PACKAGES = ("viz", "control_flow")   # drawn as one box each
+ALT = ("The modules of autodidax in layers, bottom up: each one above every module it "
+       "imports, an arrow from a module to one it imports")
 
 # Each module's part of the library, and its colour in the picture.
 GROUPS = {
@@ -82,10 +86,10 @@ def picture(root: pathlib.Path = LIB) -> graphviz.Digraph:
   imports. An arrow A -> B: A imports B (and nothing else implies it)."""
   g = boxes_graph(module_graph(root))
   level = import_graph.layers(g)
-  dot = graphviz.Digraph("library_map", graph_attr=dict(
-      rankdir="BT", nodesep="0.12", ranksep="0.28", bgcolor="transparent"),
+  dot = graphviz.Digraph(ALT, graph_attr=dict(
+      rankdir="BT", nodesep="0.05", ranksep="0.28", bgcolor="transparent"),
       node_attr=dict(shape="box", style="rounded,filled", fontname="monospace",
-                     fontsize="11", height="0.28", margin="0.06,0.03"),
+                     fontsize="10", height="0.26", margin="0.04,0.02"),
       edge_attr=dict(color="#888888", arrowsize="0.5", dir="back"))
   for k in sorted(set(level.values())):
     with dot.subgraph() as same:
@@ -116,3 +120,12 @@ def summaries(root: pathlib.Path = LIB) -> list[tuple[str, int, str]]:
     rows.append((name, level[box(TOP + "." + name if name != TOP else TOP)],
                  first_sentence(source)))
   return sorted(rows, key=lambda r: (-r[1], r[0]))
+
+
+def table_html(root: pathlib.Path = LIB) -> str:
+  """summaries() as an HTML table (`backquoted` names as code)."""
+  code = lambda t: re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(t, quote=False))
+  rows = "".join(f"<tr><td>{layer}</td><td><code>{html.escape(name)}</code></td>"
+                 f"<td>{code(text)}</td></tr>" for name, layer, text in summaries(root))
+  return ('<div style="overflow-x: auto"><table class="table library-map"><thead><tr><th>layer</th><th>module</th>'
+          f"<th>what it holds</th></tr></thead><tbody>{rows}</tbody></table></div>")
