@@ -335,7 +335,7 @@ def pp_eqn(eqn: JaxprEqn, names: VarNames, indent: int = 4) -> str:
     params = " ".join(f"{k}={pp_param(v, names, indent)}" for k, v in items)
     params = f"[{params}]" if params else ""
   lhs = f"{lhs} = " if lhs else ""   # an equation for its effect only binds nothing
-  return f"{lhs}{eqn.primitive.name}{params} {args}"
+  return f"{lhs}{eqn.primitive.name}{params}{' ' + args if args else ''}"
 
 
 def pp_jaxpr(jaxpr: Jaxpr, width: int = 80, indent: int = 0, names: VarNames | None = None,

@@ -84,9 +84,29 @@ core.aval_rules[Ref] = lambda r: r.aval
 
 # --- Indexing: a static description, with traced integer indices as operands -------------
 
+class Slice:
+  """`ds(start, size)`: `size` elements from `start`, which may be traced
+  (JAX's `pl.ds`, from jax/_src/state/indexing.py). A slice `a:b` needs both
+  ends static; this one's length is static, its start need not be."""
+
+  def __init__(self, start, size: int):
+    if not isinstance(size, (int, np.integer)) or size < 0:
+      raise TypeError(f"ds(start, size): the size must be a static int >= 0, got {size!r}")
+    self.start, self.size = start, int(size)
+
+  def __repr__(self):
+    return f"Slice(start={self.start!r}, size={self.size})"
+
+
+def ds(start, size: int) -> Slice:
+  """A dynamic slice for a Ref index: `x_ref[ds(i * 4, 4)]` reads 4 elements from i*4."""
+  return Slice(start, size)
+
+
 def _indexer(idx, shape):
-  """`(entries, dynamic)`: per indexed dimension ("int", i), ("dyn",) or
-  ("slice", start, stop); `dynamic` holds the traced integer indices."""
+  """`(entries, dynamic)`: per indexed dimension ("int", i), ("dyn",),
+  ("slice", start, stop) or ("ds", size) (a traced start, of `ds`);
+  `dynamic` holds the traced integer indices and starts."""
   idx = idx if isinstance(idx, tuple) else (idx,)
   if not idx or (len(idx) == 1 and idx[0] is Ellipsis):
     return (), []
@@ -101,6 +121,16 @@ def _indexer(idx, shape):
       if step != 1:
         raise IndexError("Ref slices must have step 1")
       entries.append(("slice", start, stop))
+    elif isinstance(i, Slice):
+      if i.size > d:
+        raise IndexError(f"ds(..., {i.size}) is longer than the Ref's axis of size {d}")
+      if isinstance(i.start, (int, np.integer)):
+        if not 0 <= i.start <= d - i.size:
+          raise IndexError(f"ds({i.start}, {i.size}) runs past a Ref axis of size {d}")
+        entries.append(("slice", int(i.start), int(i.start) + i.size))
+      else:
+        entries.append(("ds", i.size))
+        dynamic.append(i.start)
     elif isinstance(i, (int, np.integer)):
       if not -d <= i < d:
         raise IndexError(f"index {i} is out of bounds for a Ref axis of size {d}")
@@ -119,10 +149,13 @@ def _starts_sizes(entries, dynamic, shape):
     if e[0] == "slice":
       starts.append(e[1])
       sizes.append(e[2] - e[1])
+    elif e[0] == "ds":
+      starts.append(next(dyn))
+      sizes.append(e[1])
     else:
       starts.append(e[1] if e[0] == "int" else next(dyn))
       sizes.append(1)
-  squeezed = [k for k, e in enumerate(entries) if e[0] != "slice"]
+  squeezed = [k for k, e in enumerate(entries) if e[0] in ("int", "dyn")]
   return starts, sizes, squeezed
 
 
@@ -317,8 +350,12 @@ def _pp_index(entries, dyn_names):
   dyn = iter(dyn_names)
   out = []
   for e in entries:
-    out.append(str(e[1]) if e[0] == "int" else next(dyn) if e[0] == "dyn"
-               else f"{e[1]}:{e[2]}")
+    if e[0] == "ds":
+      start = next(dyn)
+      out.append(f"{start}:{start}+{e[1]}")
+    else:
+      out.append(str(e[1]) if e[0] == "int" else next(dyn) if e[0] == "dyn"
+                 else f"{e[1]}:{e[2]}")
   return ", ".join(out)
 
 
