@@ -111,3 +111,25 @@ def jax_struct(pl, shape, dtype=np.float32):
 
 CASES = {f.__name__: f for f in (elementwise, tiled_matmul, accumulating_matmul, program_ids,
                                  masked_ds, row_softmax, two_outputs)}
+
+
+# What each kernel computes, in plain NumPy-style code: `reference[name](jnp, *args)`.
+def _block_ids(shape, block):
+  ids = np.arange(np.prod([s // b for s, b in zip(shape, block)])).reshape(
+      [s // b for s, b in zip(shape, block)])
+  return np.kron(ids, np.ones(block)).astype(np.float32)
+
+
+REFERENCE = {
+    "elementwise": lambda jnp, x, y: jnp.sin(x) * y + 1.0,
+    "tiled_matmul": lambda jnp, x, y: jnp.dot(x, y),
+    "accumulating_matmul": lambda jnp, x, y: jnp.dot(x, y),
+    "program_ids": lambda jnp, x: x + _block_ids((6, 8), (2, 4)) / 6,
+    "masked_ds": lambda jnp, x: jnp.sum(x).reshape(1),
+    "row_softmax": lambda jnp, x: jnp.exp(x - jnp.max(x, axis=1, keepdims=True)) / jnp.sum(
+        jnp.exp(x - jnp.max(x, axis=1, keepdims=True)), axis=1, keepdims=True),
+    "two_outputs": lambda jnp, x, w: (x + jnp.concatenate([w, w, w]), x * jnp.sum(w)),
+}
+# Kernels that call program_id: JAX's jvp of these fails (its jvp rule retraces
+# the kernel outside the grid's environment); ours is checked another way.
+USES_PROGRAM_ID = {"accumulating_matmul", "program_ids", "masked_ds"}

@@ -115,5 +115,6 @@ def grid_tuple(grid) -> tuple:
     return ()
   grid = (grid,) if isinstance(grid, (int, np.integer)) else tuple(grid)
   if not all(isinstance(g, (int, np.integer)) and g >= 0 for g in grid):
-    raise ValueError(f"Grid must be a tuple of integers, got {grid}")
+    raise ValueError(f"Grid must be a tuple of integers, got {grid}: one int per grid "
+                     "axis, the number of kernel runs along it (e.g. grid=(4, 2))")
   return tuple(int(g) for g in grid)
