@@ -31,7 +31,7 @@ import harness  # noqa: E402
 
 # Imported in order; each registers its sections. The order is results.md's.
 SECTION_MODULES = ["eager_ops", "transforms", "staging", "autodiff", "grading", "exercises",
-                   "jit", "remat", "many_devices", "book"]
+                   "jit", "remat", "many_devices", "kernels", "book"]
 
 
 def main(argv=None):

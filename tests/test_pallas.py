@@ -255,3 +255,18 @@ def test_ds_reads_a_dynamic_slice_of_a_ref_and_checks_a_static_one():
   assert "<- c[b:b+3]" in str(adx.make_jaxpr(f)(x, 2))
   with pytest.raises(IndexError, match="runs past"):
     f(x, 7)
+
+
+def test_a_kernel_that_writes_its_input_sees_the_write_in_later_runs_as_in_jax():
+  """Interpret mode carries an input through the loop only if the kernel writes it."""
+  def make(pl_, struct):
+    def kernel(c_ref, o_ref):
+      c_ref[...] = c_ref[...] + 1.0
+      o_ref[...] = c_ref[...]
+    return pl_.pallas_call(kernel, out_shape=struct((3, 2), np.float32), grid=(3,),
+                           in_specs=[pl_.BlockSpec((1, 2), lambda i: (0, 0))],
+                           out_specs=pl_.BlockSpec((1, 2), lambda i: (i, 0)), interpret=True)
+  c = np.zeros((1, 2), np.float32)
+  got = make(pl, pl.ShapeDtypeStruct)(c)
+  close(got, make(jpl, jax.ShapeDtypeStruct)(c))
+  np.testing.assert_array_equal(np.asarray(got)[:, 0], [1, 2, 3])

@@ -249,21 +249,34 @@ def interpret(jaxpr: Jaxpr, num_consts, grid, in_mappings, out_mappings, *args):
   """Run the kernel over the grid, on values: the heart of interpret mode."""
   kernel = kernel_as_values(jaxpr, len(grid))   # (ids, consts, *blocks) -> final blocks
   consts, args = args[:num_consts], args[num_consts:]
-  maps = in_mappings + out_mappings
-  outs = [uninitialized(m.padded_shape, m.array_aval.dtype) for m in out_mappings]
   ins = [pad_to_blocks(x, m) for x, m in zip(args, in_mappings)]
+  outs = [uninitialized(m.padded_shape, m.array_aval.dtype) for m in out_mappings]
+  maps, n_in = in_mappings + out_mappings, len(ins)
+  # The outputs, and any input the kernel writes, ride in the loop's carry;
+  # the other inputs stay outside the loop, only read.
+  carried = written_inputs(jaxpr, num_consts, n_in) + list(range(n_in, n_in + len(outs)))
 
-  def step(i, operands):
+  def step(i, carry):
+    operands = ins + outs
+    for k, x in zip(carried, carry):
+      operands[k] = x
     ids = grid_indices(i, grid)
     starts = [block_starts(m, ids) for m in maps]
     blocks = [read_block(x, m, s) for x, m, s in zip(operands, maps, starts)]
     new_blocks = eval_jaxpr(kernel, [], *ids, *consts, *blocks)
-    return [write_block(x, m, s, b)
-            for x, m, s, b in zip(operands, maps, starts, new_blocks)]
+    return [write_block(operands[k], maps[k], starts[k], new_blocks[k]) for k in carried]
 
-  final = fori_loop(0, math.prod(grid), step, ins + outs)[len(ins):]
+  final = fori_loop(0, math.prod(grid), step, [(ins + outs)[k] for k in carried])
+  final = final[len(carried) - len(outs):]
   return [lax.slice(o, [0] * o.ndim, m.array_aval.shape) if m.padded_shape != m.array_aval.shape
           else o for o, m in zip(final, out_mappings)]
+
+
+def written_inputs(jaxpr: Jaxpr, num_consts: int, n_in: int) -> list:
+  """The inputs (by number) whose Refs the kernel writes."""
+  written = {e.input_index - num_consts for e in jaxpr.effects
+             if isinstance(e, (effects.WriteEffect, effects.AccumEffect))}
+  return [k for k in range(n_in) if k in written]
 
 
 @cache_by_jaxpr

@@ -21,6 +21,7 @@ from .dtypes import dtype_lattice
 from .effects import discharge_frames, discharge_graph, discharge_stepper, token_graph
 from .jaxprs import jaxpr_graph, jaxpr_graph_nested, jaxpr_picture
 from .jit import jit_pipeline
+from .kernels import blocks_seen, grid_blocks
 from .panes import ByWidth, Columns, SideBySide, Stacked, explorer, side_by_side
 from .partial_eval import forward_linear_transposed, partial_eval_graph, unzipping
 from .remat import REMAT_STYLES, policy_name, remat_graph, remat_split
