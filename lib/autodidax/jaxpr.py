@@ -241,6 +241,8 @@ class VarNames:
     self.unused: set = set()   # binders of the outer jaxpr that nothing reads: `_`
 
   def __getitem__(self, v: Var) -> str:
+    if not isinstance(v, Var):   # not a sequence: `for n in names` would never end
+      raise TypeError(f"VarNames gives the names of Vars, not of {type(v).__name__}s")
     if v in self.unused:   # as JAX prints them (not in nested jaxprs, as JAX)
       return "_"
     if v not in self._names:
