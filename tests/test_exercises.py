@@ -16,7 +16,8 @@ still be up to date, since records are compared with tolerances.
 
 One verdict: for every exercise whose answer the library has a function for
 (`tests/fixtures/delegations.py`), notebooks that delegate to it (by import,
-alias, closure, getattr, functools.partial) fail in their check cells and
+alias, closure, getattr, functools.partial: one of them per exercise, in turn,
+each way met by many exercises across the course) fail in their check cells and
 under the grader, both saying which library function was called and that the
 exercise asks you to write it. (That no public function or rule of the library
 passes any exercise as its answer is test_candidates.py.)
@@ -230,8 +231,8 @@ def notebooks(part, solutions) -> dict:
 
 def delegating(part, solutions) -> dict:
   """{name: notebook}: the solutions, with every answer the library has a function for
-  delegated to it, one way per notebook."""
-  return {f"delegate-{v}": delegations.notebook(solutions, part, v) for v in delegations.VARIANTS}
+  delegated to it, the ways in turn (delegations.mixed)."""
+  return {"delegate-mixed": delegations.notebook(solutions, part, "mixed")}
 
 
 # Exercises whose answers the library has no function for (nothing to delegate to): the
@@ -364,6 +365,7 @@ def test_one_verdict_on_answers_that_delegate_to_the_library(runs, all_solutions
   _, rows, *_ = runs["graded"][part]
   todo = delegations.plan(part, all_solutions[part])
   assert set(PARTS[part]) - set(todo) <= NOTHING_TO_DELEGATE
+  way = delegations.mixed(part, all_solutions[part])
   for name in delegating(part, all_solutions[part]):
     said = runs["delegations"][part, name]
     for ex in PARTS[part]:
@@ -372,7 +374,7 @@ def test_one_verdict_on_answers_that_delegate_to_the_library(runs, all_solutions
         assert got["status"] == "pass" and said[ex].startswith("passed"), (name, ex, said[ex])
         continue
       lib = "`" + todo[ex][2].replace(":", ".") + "`"
-      if name == "delegate-getattr" and "asks you to write" not in got["reason"]:
+      if way[ex] == "getattr" and "asks you to write" not in got["reason"]:
         # Looked up when called: a probe that swaps the very function (3.4's jit._specialize)
         # hands over its own, so the answer fails on that, the same way both ways.
         assert got["reason"].split(" raised ")[-1] in said[ex], (ex, got["reason"], said[ex])
@@ -380,6 +382,12 @@ def test_one_verdict_on_answers_that_delegate_to_the_library(runs, all_solutions
       for where, text in (("grader", got["reason"]), ("notebook", said[ex])):
         assert "asks you to write" in text and lib in text, (name, ex, where, text)
       assert got["status"] == "fail" and said[ex].startswith("NotImplementedError"), (name, ex)
+
+
+def test_every_way_of_delegating_is_tried(all_solutions):
+  ways = [w for part in PARTS for w in delegations.mixed(part, all_solutions[part]).values()]
+  assert {w: ways.count(w) >= 5 for w in delegations.VARIANTS} == dict.fromkeys(
+      delegations.VARIANTS, True)
 
 
 @pytest.mark.parametrize("part", PARTS)

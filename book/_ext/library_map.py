@@ -17,7 +17,7 @@ import import_graph
 
 LIB = pathlib.Path(__file__).resolve().parents[2] / "lib" / "autodidax"
 TOP = "autodidax"
-PACKAGES = ("viz", "control_flow")   # drawn as one box each
+PACKAGES = ("viz", "control_flow", "pallas")   # drawn as one box each
 ALT = ("The modules of autodidax in layers, bottom up: each one above every module it "
        "imports, an arrow from a module to one it imports")
 
@@ -35,6 +35,7 @@ GROUPS = {
         "state", "callback"]),
     "the public API": ("#e6d9f2", [
         "api", "lax", "numpy", "nn", "debug", "sharding", "viz", "autodidax"]),
+    "kernels": ("#fff2cc", ["pallas"]),
 }
 
 
