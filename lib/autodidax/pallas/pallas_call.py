@@ -429,11 +429,9 @@ class PallasReverseModeError(NotImplementedError):
 def _reverse_mode_error(name):
   return PallasReverseModeError(
       f"grad of pallas_call {name}: a kernel has no reverse-mode rule, here as in JAX "
-      "(JAX says 'Linearization failed to produce known values for all output "
-      "primals'). grad splits the kernel's JVP into a part that runs now and a part "
-      "to transpose, and a kernel can't be split. Do what JAX users do: wrap the call "
-      "in custom_vjp and write the backward pass as a second pallas_call. jvp "
-      "(forward mode) of a kernel works.")
+      "(grad would split the kernel's JVP and transpose a part). Wrap the call in "
+      "custom_vjp, with the backward pass as a second pallas_call, as JAX users do; "
+      "jvp of a kernel works.")
 
 
 def _pallas_call_partial_eval(trace, tracers, *, name, **params):
