@@ -58,12 +58,11 @@ def probe_K_1(p, matmul_specs):
     p.given(bm=blocks[0], bk=blocks[1], bn=blocks[2], grid=grid, x_shape=x.shape,
             y_shape=y.shape)
     specs = p.call("matmul_specs(bm, bk, bn)", matmul_specs, *blocks)
-    p.value(f"case {case + 1}: matmul_specs gives three BlockSpecs",
-            isinstance(specs, (tuple, list)) and len(specs) == 3
-            and all(isinstance(s, pl.BlockSpec) for s in specs),
-            detail=f"yours: {type(specs).__name__} {specs!r}"[:300])
-    p.value(f"case {case + 1}: the block shapes", [
-        None if s.block_shape is None else [int(b) for b in s.block_shape] for s in specs])
+    three = (isinstance(specs, (tuple, list)) and len(specs) == 3
+             and all(isinstance(s, pl.BlockSpec) for s in specs))
+    p.value(f"case {case + 1}: the block shapes of your three BlockSpecs (x, y, out)", [
+        None if s.block_shape is None else [int(b) for b in s.block_shape] for s in specs]
+        if three else f"not three BlockSpecs: {type(specs).__name__} {specs!r}"[:300])
     out = p.call(f"case {case + 1}: running the matmul kernel with your specs",
                  _matmul, _ref_kernel, specs, grid, x, y)
     p.value(f"case {case + 1}: x @ y from the kernel", out, rtol=1e-4, atol=1e-5)
