@@ -37,9 +37,11 @@ def _ref_specs(bm, bk, bn):
 
 
 def _matmul_case(p):
-  """Block sizes and a grid of at least 2 along every axis, and the two operands."""
+  """Block sizes of at least 2, a grid of at least 3 along i and k and 2 along j (an
+  index map that gives element offsets then reads a wrong block: a block index past
+  the edge would be clamped to the last block), and the two operands."""
   bm, bk, bn = (int(b) for b in p.rng.integers(2, 4, size=3))
-  gi, gj, gk = (int(g) for g in p.rng.integers(2, 4, size=3))
+  gi, gj, gk = int(p.rng.integers(3, 5)), int(p.rng.integers(2, 4)), int(p.rng.integers(3, 5))
   x, y = _normal(p, gi * bm, gk * bk), _normal(p, gk * bk, gj * bn)
   return (bm, bk, bn), (gi, gj, gk), x, y
 
@@ -124,7 +126,9 @@ def _launch(f, *args):
        removes={"autodidax.pallas.pallas_call:_batched_mapping": "batched_mapping"})
 def probe_K_3(p, batched_mapping):
   del batched_mapping   # the library's vmap rule calls it in place of its own
-  nb = int(p.rng.integers(2, 4))
+  # A batch of another size than either grid axis: a rule that permutes the grid's
+  # indices would otherwise still cover every block.
+  nb = int(p.rng.integers(4, 6))
   br, bc = (int(b) for b in p.rng.integers(2, 4, size=2))
   gr, gc = (int(g) for g in p.rng.integers(2, 4, size=2))
   rows, cols = gr * br, gc * bc
