@@ -240,10 +240,12 @@ def delegating(part, solutions) -> dict:
 # from the library's scan, a chain of traces, a jaxpr read by hand, and functions that use
 # custom_jvp/custom_vjp (D.4–D.6), checkpoints on a memory budget and a count of barriers
 # (R.4, R.5), a ring of ppermutes, layouts, and a rule on specs (M.3–M.5), and the lines
-# that callbacks print under vmap and scan, and a Ref program written as a scan (S.3, S.4).
+# that callbacks print under vmap and scan, and a Ref program written as a scan (S.3, S.4),
+# and a kernel's BlockSpecs, the kernel itself, a masked kernel and its runs by hand (K.1,
+# K.2, K.4, K.5).
 NOTHING_TO_DELEGATE = {"2.6", "4.7", "4.9", "T.5", "C.6", "P.1", "P.2", "P.3", "P.4", "P.5", "P.6",
                        "D.4", "D.5", "D.6", "R.4", "R.5", "M.3", "M.4", "M.5",
-                       "M.7", "S.3", "S.4"}
+                       "M.7", "S.3", "S.4", "K.1", "K.2", "K.4", "K.5"}
 
 
 def expected(part, name) -> dict:
