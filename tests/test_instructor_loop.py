@@ -28,7 +28,7 @@ from coursekit.learner.stubs import BEGIN, END, read_source  # noqa: E402
 
 SEED = 5   # as tests/test_exercises.py: the reference runs at it are cached and shared
 SOURCES = sorted((ROOT / "exercises" / "source").glob("*.md"))
-NAMES = ["ana", "ben", "cleo", "dev", "emil", "fay", "gus", "hana", "ivo", "jun", "kai"]
+NAMES = ["ana", "ben", "cleo", "dev", "emil", "fay", "gus", "hana", "ivo", "jun", "kai", "lea"]
 CLASS = len(NAMES) + 4   # one notebook per chapter, and bob, carol, HTML_NAME, FORMULA_NAME
 HTML_NAME = "<img src=x onerror=alert(1)>"
 FORMULA_NAME = "=2+5"

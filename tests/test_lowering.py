@@ -25,6 +25,10 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:jax.*")
 # A Ref's primitives are discharged before lowering (autodidax/state.py).
 from autodidax import callback, state  # noqa: E402
 NOT_LOWERABLE: set = {state.new_ref_p, state.get_p, state.swap_p, state.addupdate_p}
+# A kernel's program_id becomes an input of the loop interpret mode makes, before lowering.
+from autodidax import pallas as apl  # noqa: E402
+from jax.experimental import pallas as jpl  # noqa: E402
+NOT_LOWERABLE.add(apl.program_id_p)
 # Host callbacks need their Python functions at compile time: tests/test_effects.py
 # compiles them with those, against JAX.
 CALLS_BACK = {callback.debug_callback_p, callback.pure_callback_p, callback.io_callback_p}
@@ -78,6 +82,15 @@ _custom_vjp_tanh.defvjp(lambda x: (anp.tanh(x), x), lambda x, g: (g,))
 
 # (id, autodidax function, jax function, args). Each lowering rule must be
 # exercised by at least one case: test_every_lowering_rule_has_a_case checks.
+def _pallas_add(pl_):
+  """An elementwise kernel over a grid of 2: pallas_call lowers to its interpret loop."""
+  def kernel(x_ref, y_ref, o_ref):
+    o_ref[...] = x_ref[...] + y_ref[...]
+  spec = pl_.BlockSpec((4,), lambda i: (i,))
+  return pl_.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((8,), np.float32), grid=(2,),
+                         in_specs=[spec, spec], out_specs=spec, interpret=True)
+
+
 CASES = [
     ("add_f32", lax.add, jax.lax.add, (F32(3), F32(3))),
     ("add_scalar_weak", lambda x: lax.add(x, 1.5), lambda x: x + 1.5, (F32(2, 3),)),
@@ -217,6 +230,7 @@ CASES = [
      lambda x: jnp.sin(jnp.sin(x)) * x, (F32(2, 3),)),
     ("name", lambda x: adx.ad_checkpoint.checkpoint_name(anp.exp(x), "e") + 1.,
      lambda x: jnp.exp(x) + 1., (F64(4),)),
+    ("pallas_call_add", _pallas_add(apl), _pallas_add(jpl), (F32(8), F32(8))),
 ]
 
 
