@@ -33,6 +33,15 @@ def _jax():
   return jax, backend, xla_client
 
 
+@functools.cache
+def _mlir():
+  """jax's MLIR context and jaxlib's MLIR bindings, for parsing StableHLO text."""
+  _jax()
+  from jax._src.interpreters import mlir   # deferred with the rest of jax (see _jax)
+  from jaxlib.mlir import ir
+  return mlir, ir
+
+
 def default_platform() -> str:
   return os.environ.get(DEFAULT_PLATFORM_ENV, "cpu").lower()
 
@@ -189,8 +198,7 @@ def compile(stablehlo_text: str, platform: str | None = None,
   c = client(platform)
   devices, errors = xc.DeviceList((device(platform),)), []
   if host_callbacks:   # this overload takes a parsed MLIR module
-    from jax._src.interpreters import mlir   # deferred: jax loads on first use (see _jax)
-    from jaxlib.mlir import ir
+    mlir, ir = _mlir()
     with mlir.make_ir_context():
       loaded = c.compile_and_load(ir.Module.parse(stablehlo_text), devices,
                                   xc.CompileOptions(),
@@ -226,9 +234,7 @@ def _guarded(fn, errors: list):
 
 def verify(stablehlo_text: str) -> None:
   """Parse and verify MLIR text with jaxlib's MLIR bindings; raise if invalid."""
-  _jax()
-  from jax._src.interpreters import mlir   # deferred: jax loads on first use (see _jax)
-  from jaxlib.mlir import ir
+  mlir, ir = _mlir()
   with mlir.make_ir_context():
     module = ir.Module.parse(stablehlo_text)
     if not module.operation.verify():
