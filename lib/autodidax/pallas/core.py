@@ -59,11 +59,6 @@ class BlockMapping:
 
 def block_mapping(spec, aval: ShapedArray, grid: tuple, origin: str) -> BlockMapping:
   """Check `spec` against the operand's type `aval` and trace its index map."""
-  if spec is None:
-    spec = BlockSpec()
-  if not isinstance(spec, BlockSpec):
-    raise TypeError(f"pallas_call: the spec for {origin} is {spec!r}; give a "
-                    "pl.BlockSpec(block_shape, index_map), or None for the whole operand")
   shape = tuple(aval.shape)
   block_shape = shape if spec.block_shape is None else tuple(spec.block_shape)
   if len(block_shape) != len(shape):   # JAX's words, and then what to do

@@ -24,13 +24,12 @@ from .. import ad, batching, effects, lowering, state
 from .. import partial_eval as pe
 from .. import numpy as jnp
 from .. import primitives as lax
-from ..callback import ShapeDtypeStruct
 from ..control_flow.loops import fori_loop
 from ..core import Primitive, ShapedArray, Tracer, abstract_eval_rules, get_aval, impl_rules
-from ..jaxpr import Jaxpr, JaxprEqn, Var, eval_jaxpr, pp_params_rules
+from ..jaxpr import Jaxpr, Var, eval_jaxpr, pp_params_rules
 from ..flop_count import flops_call_rules
 from ..sharding_rules import keep_body_types
-from ..state import AbstractRef, discharge_state, get_p, swap_p, addupdate_p
+from ..state import AbstractRef, addupdate_p, discharge_state, get_p
 from ..tree_util import tree_flatten, tree_unflatten
 from ..util import cache_by_jaxpr
 from ..xla import xla_call_p

@@ -4,7 +4,6 @@ Each probe runs the learner's answer on inputs from `p.rng` and records what
 comes out; the reference solution's records at the same seed decide.
 """
 import functools
-import itertools
 
 import numpy as np
 
