@@ -220,6 +220,10 @@ def write_results(args, rows, reused, stubs, opts, grader, mode, notebooks: int,
   if reused:
     print(f"{len(by_submission(reused))} notebooks unchanged since {book_path} graded them at "
           "this seed: not graded again (--regrade forces it)")
+  shared = getattr(grader, "shared_runs", 0)
+  if shared:
+    print(f"{shared} exercise run{'s' * (shared != 1)} the same as another (the same cells "
+          "at this seed): each such job ran once")
   if pages:
     print(f"feedback: {len(pages)} pages in {args.out / 'feedback'}, all in "
           f"{args.out / 'feedback.zip'}")

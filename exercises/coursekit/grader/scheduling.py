@@ -2,6 +2,9 @@
 a notebook, the reference solution's records at the run's seed, and the `Grader`
 that puts them together on one machine (`cluster` does the same on Dask).
 
+A job that is the same as one this grader already ran (the exercise, its cells, the seed)
+gets that run's outcome: the sandbox is given nothing else, so it could not tell them apart.
+
 `Workspace.run` is the boundary: it hands the sandbox a job (the cells that run for
 the exercise, then the seed) and the zip of the learner edition with the runner
 (`sandboxed/`), and reads back only what the runner wrote (`outcome`). Submissions
@@ -17,7 +20,8 @@ import shutil
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
@@ -155,6 +159,8 @@ class Grader:
     self.reference: dict[tuple[str, str], list] = {}
     self.lock = threading.Lock()
     self.gate = _Gate()
+    self.done: OrderedDict[str, Future] = OrderedDict()   # job -> its outcome (`run`)
+    self.shared_runs = 0         # runs answered by an identical job's sandbox
     self.signatures: list = []   # (part, exercise, student, label, signature) for similarity
     self.broken = ""             # why the grader stopped grading (`NotGraded`)
 
@@ -193,10 +199,33 @@ class Grader:
       self.reference[key] = records
     return records
 
+  SHARED = 512   # finished jobs kept for `run` to share (a few classes' worth of one part)
+
   def run(self, part: str, ex: str, cells: list) -> Outcome:
-    """One sandbox run. One that times out at its wall-clock bound after waiting long for
-    a CPU (or, where no cgroup tells, while the machine is saturated) runs again, alone,
-    before that counts."""
+    """One sandbox run, or the outcome of an identical job's (the same exercise, cells and
+    seed: an untouched stub, an answer many learners share, the reference solution itself)
+    run by this grader: what a sandbox sees is only the job, so it would give the same."""
+    key = hashlib.sha256(json.dumps([part, ex, cells]).encode()).hexdigest()
+    with self.lock:
+      mine = key not in self.done
+      if mine:
+        self.done[key] = Future()
+        while len(self.done) > self.SHARED and next(iter(self.done.values())).done():
+          self.done.popitem(last=False)
+      else:
+        self.shared_runs += 1
+      future = self.done[key]
+    if not mine:
+      return future.result()
+    try:
+      future.set_result(self._sandbox_run(part, ex, cells))
+    except BaseException as e:
+      future.set_exception(e)
+    return future.result()
+
+  def _sandbox_run(self, part: str, ex: str, cells: list) -> Outcome:
+    """One that times out at its wall-clock bound after waiting long for a CPU (or, where
+    no cgroup tells, while the machine is saturated) runs again, alone, before that counts."""
     with self.gate.shared():
       got = self.ws.run(part, ex, cells, self.opts.seed)
     if got.starved:
