@@ -88,7 +88,7 @@ def test_every_notebook_is_served_by_the_site():
 def test_pyproject_pins_jax_as_requirements_does():
   deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
   pins = _pins()
-  for name in ("jax", "jaxlib"):
+  for name in ("jax", "jaxlib", "ml_dtypes"):
     assert f"{name}=={pins[name]}" in deps, (name, deps)
 
 

@@ -42,7 +42,7 @@ from .submissions import collect
 REPO = EXERCISES.parent
 VISIBILITY = ("hidden", "after_due_date", "after_published", "visible")
 # What grading needs, from requirements.txt with its pins (the book's tools are left out).
-NEEDS = ("numpy", "jax", "jaxlib", "nbformat", "tqdm", "pyyaml")
+NEEDS = ("numpy", "jax", "jaxlib", "ml_dtypes", "nbformat", "tqdm", "pyyaml")
 CONTENTS = ("lib", "exercises", "pyproject.toml", "_config.yml")
 
 SETUP = """#!/usr/bin/env bash
