@@ -472,6 +472,17 @@ def _menu_opens(page, width):
     sidebar.wait_for(state="visible", timeout=5_000)
 
 
+REDRAWN = """() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(() => {
+    const wait = () => window.adxSettled() ? done(true) : setTimeout(wait, 20); wait(); })))"""
+
+
+def _redrawn(page):
+  """After a widget changed: two frames for the pane to be redrawn, then until
+  autodidax.js has marked what scrolls (it does 100 ms after the last change), twice."""
+  for _ in range(2):
+    page.evaluate(REDRAWN)
+
+
 def _widget_states(page):
   """Yields once per state of the page's widgets: each choice of each
   dropdown and list, picked in turn."""
@@ -482,7 +493,7 @@ def _widget_states(page):
     n = control.evaluate("s => s.options.length")
     for i in list(range(1, n)) + [0]:
       control.select_option(index=i)
-      page.wait_for_timeout(250)   # the pane is redrawn; autodidax.js marks scrollers
+      _redrawn(page)
       yield f"widget {c} choice {i}"
 
 

@@ -167,6 +167,8 @@
   });
 
   var pending = null;
+  // True when no marking waits to run: what a test waits for after changing a widget.
+  window.adxSettled = function () { return pending === null; };
   function refresh() {
     if (pending) return;
     pending = setTimeout(function () {
