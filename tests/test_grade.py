@@ -932,3 +932,38 @@ def test_a_sandbox_that_fails_stops_the_run_with_not_graded(tmp_path):
   rows = read_rows(tmp_path / "out")
   assert rows and all(r["status"] == "not graded" and r["points"] == "" for r in rows)
   assert "bwrap: broken" in rows[0]["reason"]
+
+
+def test_identical_jobs_share_one_sandbox_run(monkeypatch):
+  """A job the same as one already run (exercise, cells, seed) gets that run's outcome, even
+  while it is still running; any other job runs, and a run's error reaches each that shared it."""
+  from coursekit.grader import outcome, scheduling
+  calls, started = [], threading.Event()
+
+  def run(self, part, ex, cells, seed):
+    calls.append((ex, cells[0]["source"]))
+    started.set()
+    time.sleep(0.3)   # the twin asks while this one runs
+    if cells[0]["source"] == "boom":
+      raise scheduling.NotGraded("the sandbox broke")
+    return outcome.Outcome("ok", records=[{"label": cells[0]["source"]}], started=True)
+  monkeypatch.setattr(scheduling.Workspace, "run", run)
+  g = scheduling.Grader(chapters.load_stubs(), options.Options(seed=SEED))
+  try:
+    job = lambda ex, src: g.run("part1", ex, [{"kind": "learner", "source": src, "cell": 1}])
+    got = {}
+    first = threading.Thread(target=lambda: got.setdefault("a", job("1.1", "x = 1")))
+    first.start()
+    started.wait(5)
+    got["b"] = job("1.1", "x = 1")
+    first.join()
+    assert got["a"] is got["b"] and calls == [("1.1", "x = 1")] and g.shared_runs == 1
+    assert job("1.2", "x = 1").records == [{"label": "x = 1"}]   # another exercise: its own run
+    assert job("1.1", "x = 2").records == [{"label": "x = 2"}]   # other cells: their own run
+    assert len(calls) == 3 and g.shared_runs == 1
+    for _ in range(2):
+      with pytest.raises(scheduling.NotGraded, match="the sandbox broke"):
+        job("1.1", "boom")
+    assert len(calls) == 4 and g.shared_runs == 2
+  finally:
+    g.close()
