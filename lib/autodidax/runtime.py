@@ -27,9 +27,11 @@ os.environ.setdefault(DEFAULT_PLATFORM_ENV, "cpu")
 @functools.cache
 def _jax():
   """Import jax lazily and return the handful of modules we use."""
-  import jax   # deferred, as all of jax here: `import autodidax` stays fast and starts no XLA client
-  from jax._src.lib import xla_client
-  from jax.extend import backend
+  # Deferred, as all of jax here (the XLA runtime, below every layer of the library):
+  # `import autodidax` stays fast and starts no XLA client.
+  import jax   # deferred: see above
+  from jax._src.lib import xla_client   # deferred: see above
+  from jax.extend import backend   # deferred: see above
   return jax, backend, xla_client
 
 
@@ -38,7 +40,7 @@ def _mlir():
   """jax's MLIR context and jaxlib's MLIR bindings, for parsing StableHLO text."""
   _jax()
   from jax._src.interpreters import mlir   # deferred with the rest of jax (see _jax)
-  from jaxlib.mlir import ir
+  from jaxlib.mlir import ir   # deferred with the rest of jax (see _jax)
   return mlir, ir
 
 

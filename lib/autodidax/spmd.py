@@ -294,8 +294,8 @@ def find_mesh(jaxpr: Jaxpr):
 
 
 def specialize(jitted, traced, dyn_args) -> None:
-  """Settle the mesh and layouts of one specialization of a jitted function:
-  from its shardings, or (with none given) from a shard_map inside it."""
+  """Settle the mesh and layouts of one specialization of a jitted function,
+  taken from its shardings, or (with none given) from a shard_map inside it."""
   declared = [s for s in (jitted.in_shardings, jitted.out_shardings) if s is not None]
   leaves = [x for tree in declared for x in _leaves(tree)]
   typed = [a.sharding for a in (*traced.jaxpr.in_avals, *traced.jaxpr.out_avals)

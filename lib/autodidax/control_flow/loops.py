@@ -29,8 +29,8 @@ from .common import (avals_str, as_closed, carry_out, convert_leaves, is_float, 
 def carry_fixpoint(carry: list, step) -> list:
   """Which carries of a loop have a property (a nonzero tangent, a batch axis,
   an unknown value), given which inputs have it. `step(carry)` says which carry
-  outputs of one iteration have it; a carry that gets it keeps it, so iterate
-  from the inputs' flags until nothing changes (a round that changes
+  outputs of one iteration have it; a carry that gets it keeps it, so start
+  with the inputs' flags and iterate until nothing changes (a round that changes
   something adds a flag, so it ends).
   The while, scan and fori rules of jvp, vmap and partial eval all start here."""
   carry = list(carry)
