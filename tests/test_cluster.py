@@ -113,10 +113,10 @@ def test_a_worker_killed_mid_task_loses_nothing(batch, baseline, local2, tmp_pat
   opts = options.Options(timeout=30, memory_mib=1024, seed=SEED)
   g = cluster.ClusterGrader(stubs, opts, local2.scheduler_address, log=lambda text: None)
 
-  def forget():   # the batch's runs, which a worker's grader shares with an identical job
+  def forget():   # the runs of this batch that each worker's grader keeps (it shares them)
     from coursekit.grader import cluster
     cluster._graders.clear()
-  g.client.run(forget)   # so that its tasks run their sandboxes again, to be killed in
+  g.client.run(forget)   # so that the tasks run their sandboxes again, and one can be killed
   killed = []
 
   def kill():   # a worker busy with a submission, a moment into its sandboxes

@@ -224,8 +224,9 @@ class Grader:
     return future.result()
 
   def _sandbox_run(self, part: str, ex: str, cells: list) -> Outcome:
-    """One that times out at its wall-clock bound after waiting long for a CPU (or, where
-    no cgroup tells, while the machine is saturated) runs again, alone, before that counts."""
+    """One sandbox run. One that times out at its wall-clock bound after waiting long for
+    a CPU (or, where no cgroup tells, while the machine is saturated) runs again, alone,
+    before that counts."""
     with self.gate.shared():
       got = self.ws.run(part, ex, cells, self.opts.seed)
     if got.starved:
